@@ -1,0 +1,553 @@
+#define _GNU_SOURCE
+#include "grpc_process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "log.h"
+#include "process/v1/process.pb-c.h"
+
+extern char **environ;
+
+/* What a process is started with, built from a ProcessConfig. */
+struct launch {
+    char **argv; /* borrowed strings of the request */
+    char **envp; /* borrowed from environ, or owned "k=v" strings from n_daemon_env on */
+    size_t n_daemon_env, n_env;
+    int cwd_fd;
+};
+
+static void launch_release(struct launch *l)
+{
+    free(l->argv);
+    if (l->envp)
+        for (size_t i = l->n_daemon_env; i < l->n_env; i++)
+            free(l->envp[i]);
+    free(l->envp);
+    sbx_closep(&l->cwd_fd);
+}
+
+static bool overridden(const Process__V1__ProcessConfig *c, const char *entry)
+{
+    size_t klen = strcspn(entry, "=");
+
+    for (size_t i = 0; i < c->n_env_vars; i++)
+        if (strlen(c->env_vars[i]->key) == klen && memcmp(c->env_vars[i]->key, entry, klen) == 0)
+            return true;
+    return false;
+}
+
+/* The daemon's environment with the request's variables added (they win). */
+static int build_env(struct launch *l, const Process__V1__ProcessConfig *c, struct sbx_error *err)
+{
+    size_t n = 0, k = 0;
+
+    while (environ && environ[n])
+        n++;
+    l->envp = calloc(n + c->n_env_vars + 1, sizeof(char *));
+    if (!l->envp)
+        return sbx_error_set(err, ENOMEM, "allocate environment");
+    for (size_t i = 0; i < n; i++)
+        if (!overridden(c, environ[i]))
+            l->envp[k++] = environ[i];
+    l->n_daemon_env = l->n_env = k;
+    for (size_t i = 0; i < c->n_env_vars; i++) {
+        const Process__V1__ProcessConfig__EnvVarsEntry *e = c->env_vars[i];
+        bool later = false;
+        /* A map key repeated on the wire: the last one wins. */
+        for (size_t j = i + 1; j < c->n_env_vars; j++)
+            later |= strcmp(c->env_vars[j]->key, e->key) == 0;
+        if (later)
+            continue;
+        if (asprintf(&l->envp[l->n_env], "%s=%s", e->key, e->value) < 0)
+            return sbx_error_set(err, ENOMEM, "allocate environment");
+        l->n_env++;
+    }
+    return 0;
+}
+
+static int build_launch(struct sbx_process_service *svc, const Process__V1__ProcessConfig *c,
+                        struct launch *l, struct sbx_error *err)
+{
+    const char *cwd;
+    int r;
+
+    if (!c || c->n_command == 0)
+        return sbx_error_set(err, EINVAL, "command is required");
+    l->argv = calloc(c->n_command + 1, sizeof(char *));
+    if (!l->argv)
+        return sbx_error_set(err, ENOMEM, "allocate argv");
+    memcpy(l->argv, c->command, c->n_command * sizeof(char *));
+    r = build_env(l, c, err);
+    if (r < 0)
+        return r;
+    cwd = c->cwd && c->cwd[0] ? c->cwd : ".";
+    r = sbx_path_open(svc->root, cwd, O_PATH | O_DIRECTORY, err);
+    if (r < 0)
+        return sbx_error_wrap(err, "cwd");
+    l->cwd_fd = r;
+    return 0;
+}
+
+/* Status and message for a failed start, worded like the reference daemon. */
+static void reply_start_error(struct sbx_grpc_req *req, int r, const struct sbx_error *e,
+                              const char *what)
+{
+    char msg[512];
+    grpc_status_code code = sbx_grpc_status(r);
+
+    if (r == -ENOENT)
+        snprintf(msg, sizeof(msg), "%s: command or path not found: %s", what, e->msg);
+    else if (code == GRPC_STATUS_PERMISSION_DENIED && r != -EXDEV)
+        snprintf(msg, sizeof(msg), "%s: permission denied: %s", what, e->msg);
+    else if (r == -EINVAL || r == -EXDEV || r == -ENOTDIR)
+        snprintf(msg, sizeof(msg), "%s", e->msg);
+    else
+        snprintf(msg, sizeof(msg), "%s: %s", what, e->msg);
+    sbx_grpc_reply(req, NULL, code, msg);
+}
+
+/* One Start or Execute call and the process it runs. */
+struct pcall {
+    struct sbx_grpc_tag send_tag;  /* a message (and maybe the status) sent */
+    struct sbx_grpc_tag close_tag; /* the call is over (finished or cancelled) */
+    struct sbx_grpc_req *req;
+    struct sbx_proc *proc;
+    int refs;
+    bool execute;
+    bool final_sent;
+    int cancelled;
+    grpc_byte_buffer *bb;
+    grpc_slice details;
+    /* Execute's capture */
+    size_t max_output;
+    uint8_t *buf[2];
+    size_t len[2], cap[2];
+};
+
+static void pcall_unref(struct pcall *c)
+{
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    sbx_proc_unref(c->proc);
+    sbx_grpc_req_free(c->req);
+    free(c->buf[0]);
+    free(c->buf[1]);
+    free(c);
+}
+
+/* Sends one message (and the OK status after it when final). One send is in flight at a time:
+ * the process table's credit guarantees it. */
+static void pcall_send(struct pcall *c, const ProtobufCMessage *m, bool initial, bool final)
+{
+    grpc_op ops[3];
+    size_t n = 0;
+
+    memset(ops, 0, sizeof(ops));
+    c->bb = sbx_grpc_pack(m);
+    if (initial)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = c->bb;
+    if (final) {
+        c->details = grpc_empty_slice();
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
+        ops[n++].data.send_status_from_server.status_details = &c->details;
+        c->final_sent = true;
+    }
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+    if (grpc_call_start_batch(c->req->call, ops, n, &c->send_tag, NULL) != GRPC_CALL_OK)
+        c->send_tag.fn(&c->send_tag, false);
+}
+
+static void on_sent(struct sbx_grpc_tag *tag, bool ok)
+{
+    struct pcall *c = (struct pcall *)((char *)tag - offsetof(struct pcall, send_tag));
+
+    grpc_byte_buffer_destroy(c->bb);
+    c->bb = NULL;
+    if (!ok)
+        sbx_proc_detach(c->proc); /* the client is gone: nobody reads the output */
+    else if (!c->final_sent)
+        sbx_proc_ack(c->proc);
+    pcall_unref(c);
+}
+
+static void on_closed(struct sbx_grpc_tag *tag, bool ok)
+{
+    struct pcall *c = (struct pcall *)((char *)tag - offsetof(struct pcall, close_tag));
+
+    (void)ok;
+    if (c->cancelled && !c->final_sent) {
+        /* The client cancelled or went away: the process dies with its call, as in the
+         * reference, but here with its whole process group. */
+        (void)sbx_proc_signal(c->proc, SIGKILL, NULL);
+        sbx_proc_detach(c->proc);
+    }
+    pcall_unref(c);
+}
+
+static void stream_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len)
+{
+    struct pcall *c = data;
+    Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
+
+    m.event_case = s == SBX_STDOUT ? PROCESS__V1__START_RESPONSE__EVENT_STDOUT
+                                   : PROCESS__V1__START_RESPONSE__EVENT_STDERR;
+    /* stdout and stderr share the union's storage. */
+    m.stdout.data = (uint8_t *)buf;
+    m.stdout.len = len;
+    pcall_send(c, &m.base, false, false);
+}
+
+static void stream_exit(void *data, const struct sbx_exit *ex)
+{
+    struct pcall *c = data;
+    Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
+    Process__V1__ExitEvent e = PROCESS__V1__EXIT_EVENT__INIT;
+
+    e.exit_code = ex->exit_code;
+    m.event_case = PROCESS__V1__START_RESPONSE__EVENT_EXIT;
+    m.exit = &e;
+    if (!c->cancelled)
+        pcall_send(c, &m.base, false, true);
+    pcall_unref(c); /* the sink's reference */
+}
+
+static const struct sbx_proc_sink stream_sink = {.output = stream_output, .exit = stream_exit};
+
+static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len)
+{
+    struct pcall *c = data;
+    size_t room = c->max_output - c->len[s];
+
+    if (len > room)
+        len = room; /* over the cap: drained and dropped */
+    if (len == 0)
+        return;
+    if (c->len[s] + len > c->cap[s]) {
+        size_t cap = c->cap[s] ? c->cap[s] * 2 : 4096;
+        uint8_t *nb;
+        while (cap < c->len[s] + len)
+            cap *= 2;
+        if (cap > c->max_output)
+            cap = c->max_output;
+        nb = realloc(c->buf[s], cap);
+        if (!nb)
+            return;
+        c->buf[s] = nb;
+        c->cap[s] = cap;
+    }
+    memcpy(c->buf[s] + c->len[s], buf, len);
+    c->len[s] += len;
+}
+
+static void capture_exit(void *data, const struct sbx_exit *ex)
+{
+    struct pcall *c = data;
+    Process__V1__ExecuteResponse m = PROCESS__V1__EXECUTE_RESPONSE__INIT;
+
+    m.exit_code = ex->exit_code;
+    m.stdout.data = c->buf[SBX_STDOUT];
+    m.stdout.len = c->len[SBX_STDOUT];
+    m.stderr.data = c->buf[SBX_STDERR];
+    m.stderr.len = c->len[SBX_STDERR];
+    if (!c->cancelled)
+        pcall_send(c, &m.base, true, true);
+    pcall_unref(c);
+}
+
+static const struct sbx_proc_sink capture_sink = {.output = capture_output, .exit = capture_exit};
+
+static struct pcall *pcall_new(struct sbx_grpc_req *req, bool execute)
+{
+    struct pcall *c = calloc(1, sizeof(*c));
+
+    if (!c)
+        return NULL;
+    c->req = req;
+    c->execute = execute;
+    c->refs = 1;
+    c->send_tag.fn = on_sent;
+    c->close_tag.fn = on_closed;
+    return c;
+}
+
+/* Starts the process of a Start or Execute call, and watches for the call's end. */
+static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *config,
+                const Process__V1__PTY *pty, bool execute)
+{
+    struct sbx_process_service *svc = req->method_data;
+    struct launch l = {.cwd_fd = -1};
+    struct sbx_error e = {0};
+    struct sbx_proc_opts o = {0};
+    struct pcall *c;
+    grpc_op op;
+    int r;
+
+    if (__atomic_load_n(&svc->draining, __ATOMIC_ACQUIRE)) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_UNAVAILABLE, "sandboxd is shutting down");
+        return;
+    }
+    r = build_launch(svc, config, &l, &e);
+    if (r < 0) {
+        reply_start_error(req, r, &e, "failed to start command");
+        launch_release(&l);
+        return;
+    }
+    c = pcall_new(req, execute);
+    if (!c) {
+        launch_release(&l);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    c->max_output = svc->max_output;
+    o.argv = l.argv;
+    o.envp = l.envp;
+    o.cwd_fd = l.cwd_fd;
+    o.pty = pty != NULL;
+    o.cols = pty ? (unsigned short)pty->cols : 0;
+    o.rows = pty ? (unsigned short)pty->rows : 0;
+    o.credit = execute ? SBX_CREDIT_UNLIMITED : 0;
+    o.anonymous = execute;
+    c->refs++; /* the sink's, dropped at exit */
+    r = sbx_proc_start(svc->procs, &o, execute ? &capture_sink : &stream_sink, c, &c->proc, &e);
+    launch_release(&l);
+    if (r < 0) {
+        c->req = NULL;
+        free(c);
+        reply_start_error(req, r, &e,
+                          execute ? "failed to execute command"
+                                  : (pty ? "failed to start command with PTY"
+                                         : "failed to start command"));
+        return;
+    }
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    c->refs++;
+    if (grpc_call_start_batch(req->call, &op, 1, &c->close_tag, NULL) != GRPC_CALL_OK)
+        on_closed(&c->close_tag, false);
+    if (!execute) {
+        Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
+        Process__V1__InitEvent init = PROCESS__V1__INIT_EVENT__INIT;
+        init.process_id = sbx_proc_id(c->proc);
+        m.event_case = PROCESS__V1__START_RESPONSE__EVENT_INIT;
+        m.init = &init;
+        pcall_send(c, &m.base, true, false);
+    }
+    pcall_unref(c); /* ours */
+}
+
+static void handle_start(struct sbx_grpc_req *req)
+{
+    _cleanup_pb_ ProtobufCMessage *m =
+        sbx_grpc_unpack(req->payload, &process__v1__start_request__descriptor);
+    Process__V1__StartRequest *r = (Process__V1__StartRequest *)m;
+
+    if (!m) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed StartRequest");
+        return;
+    }
+    run(req, r->config, r->pty, false);
+}
+
+static void handle_execute(struct sbx_grpc_req *req)
+{
+    _cleanup_pb_ ProtobufCMessage *m =
+        sbx_grpc_unpack(req->payload, &process__v1__execute_request__descriptor);
+    Process__V1__ExecuteRequest *r = (Process__V1__ExecuteRequest *)m;
+
+    if (!m) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed ExecuteRequest");
+        return;
+    }
+    run(req, r->config, NULL, true);
+}
+
+/* A WriteStdin call waiting for its bytes to reach the pipe. */
+struct stdin_call {
+    struct sbx_grpc_req *req;
+    int32_t id;
+};
+
+static void stdin_written(void *data, int result)
+{
+    struct stdin_call *s = data;
+    Process__V1__WriteStdinResponse resp = PROCESS__V1__WRITE_STDIN_RESPONSE__INIT;
+    char msg[128];
+
+    if (result < 0) {
+        snprintf(msg, sizeof(msg), "failed to write stdin: %s", strerror(-result));
+        sbx_grpc_reply(s->req, NULL, GRPC_STATUS_INTERNAL, msg);
+    } else {
+        sbx_grpc_reply(s->req, &resp.base, GRPC_STATUS_OK, NULL);
+    }
+    free(s);
+}
+
+/* Looks up the request's process, or answers NOT_FOUND. */
+static struct sbx_proc *lookup(struct sbx_grpc_req *req, int32_t id)
+{
+    struct sbx_process_service *svc = req->method_data;
+    struct sbx_proc *p = sbx_proc_get(svc->procs, id);
+    char msg[64];
+
+    if (!p) {
+        snprintf(msg, sizeof(msg), "process %d not found", id);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_NOT_FOUND, msg);
+    }
+    return p;
+}
+
+static void handle_write_stdin(struct sbx_grpc_req *req)
+{
+    _cleanup_pb_ ProtobufCMessage *m =
+        sbx_grpc_unpack(req->payload, &process__v1__write_stdin_request__descriptor);
+    Process__V1__WriteStdinRequest *r = (Process__V1__WriteStdinRequest *)m;
+    struct sbx_error e = {0};
+    struct stdin_call *s;
+    struct sbx_proc *p;
+    char msg[384];
+    int rc;
+
+    if (!m) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed WriteStdinRequest");
+        return;
+    }
+    p = lookup(req, r->process_id);
+    if (!p)
+        return;
+    s = malloc(sizeof(*s));
+    if (!s) {
+        sbx_proc_unref(p);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    s->req = req;
+    s->id = r->process_id;
+    if (r->payload_case == PROCESS__V1__WRITE_STDIN_REQUEST__PAYLOAD_EOF)
+        rc = sbx_proc_close_stdin(p, stdin_written, s, &e);
+    else
+        rc = sbx_proc_write(p, r->input.data, r->input.len, stdin_written, s, &e);
+    sbx_proc_unref(p);
+    if (rc < 0) {
+        snprintf(msg, sizeof(msg), "failed to write stdin: %s", e.msg);
+        sbx_grpc_reply(req, NULL, rc == -EPIPE ? GRPC_STATUS_FAILED_PRECONDITION : sbx_grpc_status(rc),
+                       msg);
+        free(s);
+    }
+}
+
+static const char *signal_name(int v)
+{
+    const ProtobufCEnumValue *ev =
+        protobuf_c_enum_descriptor_get_value(&process__v1__signal__descriptor, v);
+    return ev ? ev->name : NULL;
+}
+
+static void handle_send_signal(struct sbx_grpc_req *req)
+{
+    _cleanup_pb_ ProtobufCMessage *m =
+        sbx_grpc_unpack(req->payload, &process__v1__send_signal_request__descriptor);
+    Process__V1__SendSignalRequest *r = (Process__V1__SendSignalRequest *)m;
+    Process__V1__SendSignalResponse resp = PROCESS__V1__SEND_SIGNAL_RESPONSE__INIT;
+    struct sbx_error e = {0};
+    struct sbx_proc *p;
+    char msg[384];
+    int sig, rc;
+
+    if (!m) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed SendSignalRequest");
+        return;
+    }
+    p = lookup(req, r->process_id);
+    if (!p)
+        return;
+    switch ((int)r->signal) {
+    case PROCESS__V1__SIGNAL__SIGNAL_SIGINT:
+        sig = SIGINT;
+        break;
+    case PROCESS__V1__SIGNAL__SIGNAL_SIGKILL:
+        sig = SIGKILL;
+        break;
+    case PROCESS__V1__SIGNAL__SIGNAL_SIGTERM:
+        sig = SIGTERM;
+        break;
+    default:
+        sbx_proc_unref(p);
+        if (signal_name((int)r->signal))
+            snprintf(msg, sizeof(msg), "unsupported or unspecified signal: %s",
+                     signal_name((int)r->signal));
+        else
+            snprintf(msg, sizeof(msg), "unsupported or unspecified signal: %d", (int)r->signal);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, msg);
+        return;
+    }
+    rc = sbx_proc_signal(p, sig, &e);
+    sbx_proc_unref(p);
+    if (rc < 0) {
+        snprintf(msg, sizeof(msg), "failed to send signal: %s", e.msg);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INTERNAL, msg);
+        return;
+    }
+    sbx_grpc_reply(req, &resp.base, GRPC_STATUS_OK, NULL);
+}
+
+static void handle_resize(struct sbx_grpc_req *req)
+{
+    _cleanup_pb_ ProtobufCMessage *m =
+        sbx_grpc_unpack(req->payload, &process__v1__resize_ttyrequest__descriptor);
+    Process__V1__ResizeTTYRequest *r = (Process__V1__ResizeTTYRequest *)m;
+    Process__V1__ResizeTTYResponse resp = PROCESS__V1__RESIZE_TTYRESPONSE__INIT;
+    struct sbx_error e = {0};
+    struct sbx_proc *p;
+    char msg[384];
+    int rc;
+
+    if (!m) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed ResizeTTYRequest");
+        return;
+    }
+    if (r->cols > 0xffff || r->rows > 0xffff) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "cols and rows must be below 65536");
+        return;
+    }
+    p = lookup(req, r->process_id);
+    if (!p)
+        return;
+    rc = sbx_proc_resize(p, (unsigned short)r->cols, (unsigned short)r->rows, &e);
+    sbx_proc_unref(p);
+    if (rc < 0) {
+        snprintf(msg, sizeof(msg), "failed to resize TTY: %s", e.msg);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_FAILED_PRECONDITION, msg);
+        return;
+    }
+    sbx_grpc_reply(req, &resp.base, GRPC_STATUS_OK, NULL);
+}
+
+int sbx_grpc_process_register(struct sbx_grpc *srv, struct sbx_process_service *svc,
+                              struct sbx_error *err)
+{
+    const struct sbx_grpc_method methods[] = {
+        {"/process.v1.ProcessService/Start", false, handle_start, svc, 8},
+        {"/process.v1.ProcessService/Execute", false, handle_execute, svc, 8},
+        {"/process.v1.ProcessService/WriteStdin", false, handle_write_stdin, svc, 4},
+        {"/process.v1.ProcessService/SendSignal", false, handle_send_signal, svc, 2},
+        {"/process.v1.ProcessService/ResizeTTY", false, handle_resize, svc, 2},
+    };
+
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(methods); i++) {
+        int r = sbx_grpc_register(srv, &methods[i], err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}

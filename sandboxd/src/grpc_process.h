@@ -1,0 +1,22 @@
+/* process.v1.ProcessService on the gRPC adapter: decodes requests, calls the process table,
+ * maps errors, encodes replies. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+#include "grpc_server.h"
+#include "path.h"
+#include "proc.h"
+
+struct sbx_process_service {
+    struct sbx_proctab *procs;
+    const struct sbx_root *root;
+    size_t max_output; /* bytes kept per stream by Execute */
+    bool draining;     /* set once shutdown began: new processes are refused */
+};
+
+/* Registers the service's methods on the server. */
+int sbx_grpc_process_register(struct sbx_grpc *srv, struct sbx_process_service *svc,
+                              struct sbx_error *err);

@@ -1,0 +1,449 @@
+#include "grpc_server.h"
+
+#include <errno.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "log.h"
+
+#define MAX_METHODS 32
+#define MAX_THREADS 8
+
+/* Waits for one call of one method; re-armed after every accepted call. */
+struct acceptor {
+    struct sbx_grpc_tag tag;
+    struct sbx_grpc *srv;
+    const struct sbx_grpc_method *m;
+    void *handle; /* registered method */
+    struct sbx_grpc_req *req;
+};
+
+/* Waits for one call of a method nobody registered. */
+struct fallback {
+    struct sbx_grpc_tag tag;
+    struct sbx_grpc *srv;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    int cancelled;
+    bool answering;
+};
+
+struct sbx_grpc {
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    struct sbx_grpc_opts opts;
+    struct sbx_grpc_method methods[MAX_METHODS];
+    size_t n_methods;
+    struct acceptor *acceptors;
+    size_t n_acceptors;
+    pthread_t threads[MAX_THREADS];
+    int n_threads;
+    bool started;
+    bool stopping; /* no re-arming of acceptors */
+    struct sbx_grpc_tag shutdown_tag;
+    void (*on_shut_down)(void *arg);
+    void *on_shut_down_arg;
+};
+
+grpc_status_code sbx_grpc_status(int r)
+{
+    switch (-r) {
+    case 0:
+        return GRPC_STATUS_OK;
+    case ENOENT:
+    case ESRCH:
+        return GRPC_STATUS_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EXDEV:
+        return GRPC_STATUS_PERMISSION_DENIED;
+    case EINVAL:
+    case ENAMETOOLONG:
+    case E2BIG:
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    case ENOTTY:
+    case EPIPE:
+    case ENOTDIR:
+        return GRPC_STATUS_FAILED_PRECONDITION;
+    case EAGAIN:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+    case EMSGSIZE:
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case ETIMEDOUT:
+        return GRPC_STATUS_DEADLINE_EXCEEDED;
+    case ECANCELED:
+        return GRPC_STATUS_CANCELLED;
+    case ENOSYS:
+        return GRPC_STATUS_UNIMPLEMENTED;
+    default:
+        return GRPC_STATUS_INTERNAL;
+    }
+}
+
+ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
+{
+    grpc_byte_buffer_reader reader;
+    ProtobufCMessage *m;
+    grpc_slice s;
+
+    if (!bb)
+        return NULL;
+    if (!grpc_byte_buffer_reader_init(&reader, bb))
+        return NULL;
+    s = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    grpc_slice_unref(s);
+    return m;
+}
+
+grpc_byte_buffer *sbx_grpc_pack(const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    grpc_slice s = grpc_slice_malloc(n);
+    grpc_byte_buffer *bb;
+
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+    bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+void sbx_grpc_req_free(struct sbx_grpc_req *req)
+{
+    if (!req)
+        return;
+    if (req->payload)
+        grpc_byte_buffer_destroy(req->payload);
+    grpc_metadata_array_destroy(&req->md);
+    if (req->call)
+        grpc_call_unref(req->call);
+    free(req);
+}
+
+/* A unary reply in flight. */
+struct reply {
+    struct sbx_grpc_tag tag;
+    struct sbx_grpc_req *req;
+    grpc_byte_buffer *bb;
+    grpc_slice details;
+    int cancelled;
+};
+
+static void reply_done(struct sbx_grpc_tag *tag, bool ok)
+{
+    struct reply *r = (struct reply *)tag;
+
+    (void)ok;
+    if (r->bb)
+        grpc_byte_buffer_destroy(r->bb);
+    grpc_slice_unref(r->details);
+    sbx_grpc_req_free(r->req);
+    free(r);
+}
+
+void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grpc_status_code code,
+                    const char *details)
+{
+    struct reply *r = calloc(1, sizeof(*r));
+    grpc_op ops[4];
+    size_t n = 0;
+
+    if (!r) {
+        grpc_call_cancel(req->call, NULL);
+        sbx_grpc_req_free(req);
+        return;
+    }
+    r->tag.fn = reply_done;
+    r->req = req;
+    r->details = grpc_slice_from_copied_string(details ? details : "");
+    memset(ops, 0, sizeof(ops));
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (code == GRPC_STATUS_OK && reply) {
+        r->bb = sbx_grpc_pack(reply);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = r->bb;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    ops[n++].data.send_status_from_server.status_details = &r->details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
+    if (grpc_call_start_batch(req->call, ops, n, &r->tag, NULL) != GRPC_CALL_OK)
+        reply_done(&r->tag, false);
+}
+
+static void acceptor_arm(struct acceptor *a);
+
+static void acceptor_done(struct sbx_grpc_tag *tag, bool ok)
+{
+    struct acceptor *a = (struct acceptor *)tag;
+    struct sbx_grpc_req *req = a->req;
+
+    a->req = NULL;
+    if (!ok) {
+        sbx_grpc_req_free(req);
+        return; /* shutting down */
+    }
+    acceptor_arm(a);
+    req->method_data = a->m->data;
+    a->m->handler(req);
+}
+
+static void acceptor_arm(struct acceptor *a)
+{
+    struct sbx_grpc_req *req;
+    grpc_call_error e;
+
+    if (__atomic_load_n(&a->srv->stopping, __ATOMIC_ACQUIRE))
+        return;
+    req = calloc(1, sizeof(*req));
+    if (!req) {
+        log_error(ENOMEM, "cannot accept calls of %s", a->m->path);
+        return;
+    }
+    req->srv = a->srv;
+    grpc_metadata_array_init(&req->md);
+    a->req = req;
+    e = grpc_server_request_registered_call(
+        a->srv->server, a->handle, &req->call, &req->deadline, &req->md,
+        a->m->client_streaming ? NULL : &req->payload, a->srv->cq, a->srv->cq, &a->tag);
+    if (e != GRPC_CALL_OK) {
+        a->req = NULL;
+        sbx_grpc_req_free(req);
+        log_error(0, "request call of %s: error %d", a->m->path, (int)e);
+    }
+}
+
+static void fallback_arm(struct fallback *f);
+
+static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
+{
+    struct fallback *f = (struct fallback *)tag;
+    grpc_op ops[3];
+    grpc_slice details;
+    char msg[512];
+
+    if (f->answering || !ok) {
+        struct sbx_grpc *srv = f->srv;
+        if (f->call)
+            grpc_call_unref(f->call);
+        grpc_call_details_destroy(&f->details);
+        grpc_metadata_array_destroy(&f->md);
+        if (ok)
+            fallback_arm(f);
+        else
+            free(f);
+        (void)srv;
+        return;
+    }
+    /* Answer this one, and have a fresh fallback wait for the next. */
+    {
+        struct fallback *next = calloc(1, sizeof(*next));
+        if (next) {
+            next->srv = f->srv;
+            fallback_arm(next);
+        }
+    }
+    snprintf(msg, sizeof(msg), "unknown method %.*s",
+             (int)GRPC_SLICE_LENGTH(f->details.method),
+             (const char *)GRPC_SLICE_START_PTR(f->details.method));
+    details = grpc_slice_from_copied_string(msg);
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+    ops[1].data.send_status_from_server.status_details = &details;
+    ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[2].data.recv_close_on_server.cancelled = &f->cancelled;
+    f->answering = true;
+    if (grpc_call_start_batch(f->call, ops, 3, &f->tag, NULL) != GRPC_CALL_OK) {
+        f->answering = false;
+        fallback_done(&f->tag, false);
+    }
+    grpc_slice_unref(details);
+}
+
+static void fallback_arm(struct fallback *f)
+{
+    if (__atomic_load_n(&f->srv->stopping, __ATOMIC_ACQUIRE)) {
+        free(f);
+        return;
+    }
+    f->call = NULL;
+    f->answering = false;
+    f->tag.fn = fallback_done;
+    grpc_call_details_init(&f->details);
+    grpc_metadata_array_init(&f->md);
+    if (grpc_server_request_call(f->srv->server, &f->call, &f->details, &f->md, f->srv->cq,
+                                 f->srv->cq, &f->tag) != GRPC_CALL_OK) {
+        grpc_call_details_destroy(&f->details);
+        grpc_metadata_array_destroy(&f->md);
+        free(f);
+    }
+}
+
+static void shutdown_done(struct sbx_grpc_tag *tag, bool ok)
+{
+    struct sbx_grpc *s = (struct sbx_grpc *)((char *)tag - offsetof(struct sbx_grpc, shutdown_tag));
+
+    (void)ok;
+    s->on_shut_down(s->on_shut_down_arg);
+}
+
+int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sbx_error *err)
+{
+    struct sbx_grpc *s = calloc(1, sizeof(*s));
+    grpc_arg args[3];
+    grpc_channel_args ch = {.num_args = 3, .args = args};
+
+    if (!s)
+        return sbx_error_set(err, ENOMEM, "allocate grpc server");
+    s->opts = *o;
+    if (s->opts.threads <= 0 || s->opts.threads > MAX_THREADS)
+        s->opts.threads = 2;
+    memset(args, 0, sizeof(args));
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = o->max_recv_bytes;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+    args[2].value.integer = o->max_streams;
+    s->shutdown_tag.fn = shutdown_done;
+    s->server = grpc_server_create(&ch, NULL);
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->cq, NULL);
+    *ret = s;
+    return 0;
+}
+
+int sbx_grpc_register(struct sbx_grpc *s, const struct sbx_grpc_method *m, struct sbx_error *err)
+{
+    if (s->n_methods == MAX_METHODS)
+        return sbx_error_set(err, ENOSPC, "too many methods");
+    s->methods[s->n_methods++] = *m;
+    return 0;
+}
+
+int sbx_grpc_listen(struct sbx_grpc *s, const char *addr, struct sbx_error *err)
+{
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(s->server, addr, creds);
+
+    grpc_server_credentials_release(creds);
+    if (port == 0)
+        return sbx_error_set(err, EADDRINUSE, "cannot listen on '%s'", addr);
+    return port;
+}
+
+static void *cq_thread(void *arg)
+{
+    struct sbx_grpc *s = arg;
+
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type == GRPC_OP_COMPLETE) {
+            struct sbx_grpc_tag *tag = ev.tag;
+            tag->fn(tag, ev.success != 0);
+        }
+    }
+    return NULL;
+}
+
+int sbx_grpc_start(struct sbx_grpc *s, struct sbx_error *err)
+{
+    size_t total = 0, k = 0;
+    int r;
+
+    for (size_t i = 0; i < s->n_methods; i++)
+        total += (size_t)(s->methods[i].backlog > 0 ? s->methods[i].backlog : 1);
+    s->acceptors = calloc(total, sizeof(*s->acceptors));
+    if (!s->acceptors)
+        return sbx_error_set(err, ENOMEM, "allocate acceptors");
+    for (size_t i = 0; i < s->n_methods; i++) {
+        const struct sbx_grpc_method *m = &s->methods[i];
+        void *handle = grpc_server_register_method(
+            s->server, m->path, NULL,
+            m->client_streaming ? GRPC_SRM_PAYLOAD_NONE : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
+        if (!handle)
+            return sbx_error_set(err, EINVAL, "register method '%s'", m->path);
+        for (int j = 0; j < (m->backlog > 0 ? m->backlog : 1); j++) {
+            struct acceptor *a = &s->acceptors[k++];
+            a->tag.fn = acceptor_done;
+            a->srv = s;
+            a->m = m;
+            a->handle = handle;
+        }
+    }
+    s->n_acceptors = k;
+    grpc_server_start(s->server);
+    s->started = true;
+    for (size_t i = 0; i < s->n_acceptors; i++)
+        acceptor_arm(&s->acceptors[i]);
+    for (int i = 0; i < 2; i++) {
+        struct fallback *f = calloc(1, sizeof(*f));
+        if (!f)
+            return sbx_error_set(err, ENOMEM, "allocate fallback");
+        f->srv = s;
+        fallback_arm(f);
+    }
+    for (int i = 0; i < s->opts.threads; i++) {
+        r = pthread_create(&s->threads[i], NULL, cq_thread, s);
+        if (r != 0)
+            return sbx_error_set(err, r, "start completion queue thread");
+        s->n_threads++;
+    }
+    return 0;
+}
+
+void sbx_grpc_shutdown(struct sbx_grpc *s, void (*done)(void *arg), void *arg)
+{
+    if (!s->started || s->stopping) {
+        if (!s->started)
+            done(arg);
+        return;
+    }
+    s->on_shut_down = done;
+    s->on_shut_down_arg = arg;
+    __atomic_store_n(&s->stopping, true, __ATOMIC_RELEASE);
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+}
+
+void sbx_grpc_cancel_all(struct sbx_grpc *s)
+{
+    if (s->started)
+        grpc_server_cancel_all_calls(s->server);
+}
+
+void sbx_grpc_free(struct sbx_grpc *s)
+{
+    if (!s)
+        return;
+    grpc_completion_queue_shutdown(s->cq);
+    for (int i = 0; i < s->n_threads; i++)
+        pthread_join(s->threads[i], NULL);
+    if (!s->n_threads) {
+        /* Never started: drain here. */
+        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN)
+            ;
+    }
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_destroy(s->cq);
+    free(s->acceptors);
+    free(s);
+}

@@ -1,0 +1,87 @@
+/* The gRPC adapter's server: gRPC C core, one completion queue served by a few threads, calls
+ * accepted per registered method, UNIMPLEMENTED for everything else. */
+#pragma once
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "error.h"
+
+struct sbx_grpc;
+
+/* Every completion-queue tag starts with this; fn runs on a completion-queue thread. */
+struct sbx_grpc_tag {
+    void (*fn)(struct sbx_grpc_tag *tag, bool ok);
+};
+
+/* An accepted call, handed to the method's handler, which owns it from then on. */
+struct sbx_grpc_req {
+    struct sbx_grpc *srv;
+    grpc_call *call;
+    grpc_byte_buffer *payload; /* the request, for non-client-streaming methods (may be NULL) */
+    grpc_metadata_array md;
+    gpr_timespec deadline;
+    void *method_data;
+};
+
+typedef void (*sbx_grpc_handler)(struct sbx_grpc_req *req);
+
+struct sbx_grpc_method {
+    const char *path; /* "/package.Service/Method" */
+    bool client_streaming;
+    sbx_grpc_handler handler;
+    void *data;  /* handed to the handler as req->method_data */
+    int backlog; /* calls waiting to be accepted at once */
+};
+
+struct sbx_grpc_opts {
+    int max_recv_bytes;
+    int max_streams;  /* concurrent streams per connection */
+    int threads;
+};
+
+int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sbx_error *err);
+
+/* Registers a method; before sbx_grpc_start. Returns 0 or -errno. */
+int sbx_grpc_register(struct sbx_grpc *s, const struct sbx_grpc_method *m, struct sbx_error *err);
+
+/* Adds an insecure listening address ("127.0.0.1:9090", "unix:/path"); before sbx_grpc_start. */
+int sbx_grpc_listen(struct sbx_grpc *s, const char *addr, struct sbx_error *err);
+
+/* Starts serving and the completion-queue threads. */
+int sbx_grpc_start(struct sbx_grpc *s, struct sbx_error *err);
+
+/* Stops accepting calls; done(arg) runs (on a completion-queue thread) once every running call
+ * has finished. Does not block. */
+void sbx_grpc_shutdown(struct sbx_grpc *s, void (*done)(void *arg), void *arg);
+
+/* Cancels every running call (the shutdown deadline passed). */
+void sbx_grpc_cancel_all(struct sbx_grpc *s);
+
+/* Joins the threads and frees everything (after sbx_grpc_shutdown). */
+void sbx_grpc_free(struct sbx_grpc *s);
+
+/* Releases what an accepted call holds (the call itself too). */
+void sbx_grpc_req_free(struct sbx_grpc_req *req);
+
+/* Finishes a unary call: reply (when code is OK) and status in one batch, then frees req. */
+void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grpc_status_code code,
+                    const char *details);
+
+/* Decodes a request payload; NULL when missing or malformed. Free with protobuf_c_message_free_unpacked. */
+ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
+
+static inline void sbx_pb_freep(ProtobufCMessage **m)
+{
+    if (*m)
+        protobuf_c_message_free_unpacked(*m, NULL);
+}
+#define _cleanup_pb_ __attribute__((cleanup(sbx_pb_freep)))
+
+/* Encodes a message into a new byte buffer. */
+grpc_byte_buffer *sbx_grpc_pack(const ProtobufCMessage *m);
+
+/* The status for a core error (-errno). */
+grpc_status_code sbx_grpc_status(int r);

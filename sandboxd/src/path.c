@@ -1,0 +1,143 @@
+#define _GNU_SOURCE
+#include "path.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+int sbx_root_open(struct sbx_root *root, const char *path, struct sbx_error *err)
+{
+    root->path = realpath(path, NULL);
+    if (!root->path)
+        return sbx_error_set(err, errno, "root dir '%s'", path);
+    root->fd = open(root->path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root->fd < 0) {
+        int r = sbx_error_set(err, errno, "open root dir '%s'", root->path);
+        free(root->path);
+        root->path = NULL;
+        return r;
+    }
+    return 0;
+}
+
+void sbx_root_release(struct sbx_root *root)
+{
+    sbx_closep(&root->fd);
+    root->fd = -1;
+    free(root->path);
+    root->path = NULL;
+}
+
+/* Strips the root prefix from an absolute path under it; returns what remains to resolve. */
+static const char *strip_root(const struct sbx_root *root, const char *p)
+{
+    size_t n = strlen(root->path);
+
+    if (strcmp(root->path, "/") == 0)
+        return p;
+    if (strncmp(p, root->path, n) == 0 && (p[n] == '/' || p[n] == '\0'))
+        return p + n;
+    return p;
+}
+
+int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **ret,
+                   struct sbx_error *err)
+{
+    size_t len = strlen(user_path);
+    _cleanup_free_ char *out = malloc(len + 2);
+    const char *p = strip_root(root, user_path);
+    size_t o = 0;
+
+    if (!out)
+        return sbx_error_set(err, ENOMEM, "allocate path");
+    while (*p) {
+        const char *end = strchrnul(p, '/');
+        size_t n = (size_t)(end - p);
+
+        if (n == 0 || (n == 1 && p[0] == '.')) {
+            /* empty or "." component */
+        } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+            if (o == 0)
+                return sbx_error_set(err, EXDEV,
+                                     "access denied: path \"%s\": path escapes sandbox root",
+                                     user_path);
+            while (o > 0 && out[o - 1] != '/')
+                o--;
+            if (o > 0)
+                o--; /* the separator */
+        } else {
+            if (o > 0)
+                out[o++] = '/';
+            memcpy(out + o, p, n);
+            o += n;
+        }
+        p = *end ? end + 1 : end;
+    }
+    if (o == 0)
+        out[o++] = '.';
+    out[o] = '\0';
+    *ret = TAKE_PTR(out);
+    return 0;
+}
+
+/* After following an absolute symlink, checks where the fd really is: race-free, since the fd
+ * no longer depends on the path. Needs /proc; without it the escape check fails closed. */
+static int verify_under_root(const struct sbx_root *root, int fd)
+{
+    char link[64], target[PATH_MAX];
+    size_t n = strlen(root->path);
+    ssize_t len;
+
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    len = readlink(link, target, sizeof(target) - 1);
+    if (len < 0)
+        return -EXDEV;
+    target[len] = '\0';
+    if (strcmp(root->path, "/") == 0)
+        return 0;
+    if (strncmp(target, root->path, n) == 0 && (target[n] == '/' || target[n] == '\0'))
+        return 0;
+    return -EXDEV;
+}
+
+int sbx_path_open(const struct sbx_root *root, const char *user_path, int flags,
+                  struct sbx_error *err)
+{
+    _cleanup_free_ char *rel = NULL;
+    struct open_how how = {
+        .flags = (unsigned long long)(flags | O_CLOEXEC),
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+    };
+    int fd, r;
+
+    r = sbx_path_clean(root, user_path, &rel, err);
+    if (r < 0)
+        return r;
+    fd = (int)syscall(SYS_openat2, root->fd, rel, &how, sizeof(how));
+    if (fd >= 0)
+        return fd;
+    if (errno == EXDEV || errno == ENOSYS) {
+        /* An absolute symlink, which RESOLVE_BENEATH refuses even when it points inside; or a
+         * kernel without openat2. */
+        fd = openat(root->fd, rel, flags | O_CLOEXEC);
+        if (fd >= 0) {
+            r = verify_under_root(root, fd);
+            if (r == 0)
+                return fd;
+            close(fd);
+            errno = EXDEV;
+        }
+    }
+    if (errno == EXDEV)
+        return sbx_error_set(err, EXDEV, "access denied: path \"%s\": path escapes sandbox root",
+                             user_path);
+    return sbx_error_set(err, errno, "open \"%s\": %s", user_path, strerror(errno));
+}

@@ -1,0 +1,727 @@
+#define _GNU_SOURCE
+#include "proc.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "spawn.h"
+
+#define NBUCKETS 1024
+/* How long a pty's output is awaited after its process exited (the tty layer delivers
+ * asynchronously, and a background job may hold the slave open forever). */
+#define PTY_DRAIN_MS 1000
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+struct wreq {
+    struct wreq *next;
+    size_t len, off;
+    bool close; /* a close marker, not data */
+    sbx_write_done_fn done;
+    void *data;
+    uint8_t buf[];
+};
+
+struct out {
+    struct sbx_watch w;
+    enum sbx_stream stream;
+    bool paused; /* left unarmed for want of credit */
+};
+
+struct sbx_proc {
+    struct sbx_proctab *t;
+    int refs;
+    int32_t id;
+    pid_t pid;
+    bool pty;
+    struct sbx_proc *next_id, *next_pid; /* hash chains, under the table lock */
+    bool registered;
+
+    pthread_mutex_t lock; /* everything below */
+    struct out out[2];
+    struct sbx_watch in;
+    struct wreq *wq_head, *wq_tail;
+    int credit;
+    bool exited, delivered;
+    bool discard; /* output is read and dropped */
+    struct sbx_exit ex;
+    const struct sbx_proc_sink *sink;
+    void *sink_data;
+    struct sbx_timer drain; /* pty only */
+};
+
+struct sbx_proctab {
+    struct sbx_loop *loop;
+    struct sbx_proctab_opts opts;
+    size_t chunk_size;
+    uint8_t *buf; /* read buffer, loop thread only */
+    int32_t next_id;
+    pthread_mutex_t lock; /* the hash tables and count */
+    struct sbx_proc *by_id[NBUCKETS];
+    struct sbx_proc *by_pid[NBUCKETS];
+    size_t count;
+    /* Spawners hold it shared from clone to registration, the reaper exclusively around waitpid:
+     * a pid the reaper collects is therefore always registered already (or not ours). */
+    pthread_rwlock_t reap_lock;
+};
+
+static void on_readable(struct sbx_watch *w, uint32_t events);
+static void on_writable(struct sbx_watch *w, uint32_t events);
+static void finish_locked(struct sbx_proc *p);
+
+int sbx_proctab_new(struct sbx_proctab **ret, struct sbx_loop *loop,
+                    const struct sbx_proctab_opts *opts, struct sbx_error *err)
+{
+    struct sbx_proctab *t = calloc(1, sizeof(*t));
+    pthread_rwlockattr_t attr;
+
+    if (!t)
+        return sbx_error_set(err, ENOMEM, "allocate process table");
+    t->loop = loop;
+    t->opts = *opts;
+    t->chunk_size = opts->chunk_size ? opts->chunk_size : 4096;
+    t->buf = malloc(t->chunk_size);
+    if (!t->buf) {
+        free(t);
+        return sbx_error_set(err, ENOMEM, "allocate read buffer");
+    }
+    t->next_id = 1;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&t->reap_lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    *ret = t;
+    return 0;
+}
+
+void sbx_proctab_free(struct sbx_proctab *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < NBUCKETS; i++) {
+        while (t->by_pid[i]) {
+            struct sbx_proc *p = t->by_pid[i];
+            t->by_pid[i] = p->next_pid;
+            p->registered = false;
+            sbx_proc_unref(p);
+        }
+    }
+    pthread_rwlock_destroy(&t->reap_lock);
+    pthread_mutex_destroy(&t->lock);
+    free(t->buf);
+    free(t);
+}
+
+static size_t bucket(uint32_t key)
+{
+    return (key * 2654435761u) % NBUCKETS;
+}
+
+static void table_insert(struct sbx_proctab *t, struct sbx_proc *p)
+{
+    size_t bi = bucket((uint32_t)p->id), bp = bucket((uint32_t)p->pid);
+
+    if (p->id > 0) {
+        p->next_id = t->by_id[bi];
+        t->by_id[bi] = p;
+    }
+    p->next_pid = t->by_pid[bp];
+    t->by_pid[bp] = p;
+    p->registered = true;
+    t->count++;
+}
+
+/* Unlinks p; returns true when it was registered (the caller then drops the table's ref). */
+static bool table_remove(struct sbx_proctab *t, struct sbx_proc *p)
+{
+    struct sbx_proc **pp;
+    bool was, empty = false;
+
+    pthread_mutex_lock(&t->lock);
+    was = p->registered;
+    if (was) {
+        if (p->id > 0) {
+            for (pp = &t->by_id[bucket((uint32_t)p->id)]; *pp != p; pp = &(*pp)->next_id)
+                ;
+            *pp = p->next_id;
+        }
+        for (pp = &t->by_pid[bucket((uint32_t)p->pid)]; *pp != p; pp = &(*pp)->next_pid)
+            ;
+        *pp = p->next_pid;
+        p->registered = false;
+        empty = --t->count == 0;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (empty && t->opts.on_empty)
+        t->opts.on_empty(t->opts.on_empty_arg);
+    return was;
+}
+
+static struct sbx_proc *proc_ref(struct sbx_proc *p)
+{
+    __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
+    return p;
+}
+
+struct sbx_proc *sbx_proc_get(struct sbx_proctab *t, int32_t id)
+{
+    struct sbx_proc *p;
+
+    pthread_mutex_lock(&t->lock);
+    for (p = t->by_id[bucket((uint32_t)id)]; p && p->id != id; p = p->next_id)
+        ;
+    if (p)
+        proc_ref(p);
+    pthread_mutex_unlock(&t->lock);
+    return p;
+}
+
+static struct sbx_proc *get_by_pid(struct sbx_proctab *t, pid_t pid)
+{
+    struct sbx_proc *p;
+
+    pthread_mutex_lock(&t->lock);
+    for (p = t->by_pid[bucket((uint32_t)pid)]; p && p->pid != pid; p = p->next_pid)
+        ;
+    if (p)
+        proc_ref(p);
+    pthread_mutex_unlock(&t->lock);
+    return p;
+}
+
+size_t sbx_proctab_count(struct sbx_proctab *t)
+{
+    size_t n;
+
+    pthread_mutex_lock(&t->lock);
+    n = t->count;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+static void close_watch(struct sbx_proc *p, struct sbx_watch *w)
+{
+    if (w->fd < 0)
+        return;
+    sbx_loop_del(p->t->loop, w);
+    close(w->fd);
+    w->fd = -1;
+}
+
+/* Fails every queued stdin write; called with p->lock held, returns the list to complete. */
+static struct wreq *take_writes_locked(struct sbx_proc *p)
+{
+    struct wreq *list = p->wq_head;
+
+    p->wq_head = p->wq_tail = NULL;
+    return list;
+}
+
+static void complete_writes(struct wreq *list, int result)
+{
+    while (list) {
+        struct wreq *w = list;
+        list = w->next;
+        if (w->done)
+            w->done(w->data, result);
+        free(w);
+    }
+}
+
+void sbx_proc_unref(struct sbx_proc *p)
+{
+    if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    for (int i = 0; i < 2; i++)
+        close_watch(p, &p->out[i].w);
+    close_watch(p, &p->in);
+    sbx_timer_release(&p->drain);
+    complete_writes(take_writes_locked(p), -EPIPE);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+int32_t sbx_proc_id(const struct sbx_proc *p)
+{
+    return p->id;
+}
+
+pid_t sbx_proc_pid(const struct sbx_proc *p)
+{
+    return p->pid;
+}
+
+static const char *env_get(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (; envp && *envp; envp++)
+        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
+            return *envp + n + 1;
+    return NULL;
+}
+
+/* Adds the fds of a freshly spawned process to the loop, all unarmed. */
+static int watch_fds(struct sbx_proc *p, const struct sbx_spawned *sp, struct sbx_error *err)
+{
+    int fds[2] = {sp->out_fd, sp->err_fd};
+    int r;
+
+    p->in.fd = sp->in_fd;
+    p->in.fn = on_writable;
+    for (int i = 0; i < 2; i++) {
+        p->out[i].w.fd = fds[i];
+        p->out[i].w.fn = on_readable;
+        p->out[i].stream = (enum sbx_stream)i;
+        p->out[i].paused = true;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (p->out[i].w.fd < 0)
+            continue;
+        r = sbx_loop_add(p->t->loop, &p->out[i].w, 0, err);
+        if (r < 0)
+            return r;
+    }
+    return p->in.fd >= 0 ? sbx_loop_add(p->t->loop, &p->in, 0, err) : 0;
+}
+
+static struct sbx_proc *proc_alloc(struct sbx_proctab *t, const struct sbx_proc_opts *o,
+                                   const struct sbx_proc_sink *sink, void *sink_data)
+{
+    struct sbx_proc *p = calloc(1, sizeof(*p));
+
+    if (!p)
+        return NULL;
+    p->t = t;
+    p->refs = 1;
+    p->pty = o->pty;
+    p->credit = o->credit;
+    p->sink = sink;
+    p->sink_data = sink_data;
+    p->in.fd = p->out[0].w.fd = p->out[1].w.fd = p->drain.watch.fd = -1;
+    pthread_mutex_init(&p->lock, NULL);
+    return p;
+}
+
+static void drain_expired(struct sbx_timer *timer);
+
+int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
+                   const struct sbx_proc_sink *sink, void *sink_data, struct sbx_proc **ret,
+                   struct sbx_error *err)
+{
+    _cleanup_free_ char *path = NULL;
+    struct sbx_spawned sp;
+    struct sbx_spawn s = {.argv = o->argv, .envp = o->envp, .cwd_fd = o->cwd_fd,
+                          .pty = o->pty, .cols = o->cols, .rows = o->rows,
+                          .stdin_null = o->anonymous};
+    struct sbx_proc *p;
+    int r;
+
+    if (!o->argv || !o->argv[0] || !o->argv[0][0])
+        return sbx_error_set(err, EINVAL, "command must not be empty");
+    r = sbx_spawn_lookup(o->argv[0], env_get(o->envp, "PATH"), &path, err);
+    if (r < 0)
+        return r;
+    s.path = path;
+    p = proc_alloc(t, o, sink, sink_data);
+    if (!p)
+        return sbx_error_set(err, ENOMEM, "allocate process");
+    if (o->pty) {
+        r = sbx_timer_init(&p->drain, t->loop, drain_expired, err);
+        if (r < 0)
+            goto fail;
+    }
+
+    pthread_rwlock_rdlock(&t->reap_lock);
+    r = sbx_spawn_run(&s, &sp, err);
+    if (r < 0) {
+        pthread_rwlock_unlock(&t->reap_lock);
+        goto fail;
+    }
+    p->pid = sp.pid;
+    r = watch_fds(p, &sp, err);
+    pthread_mutex_lock(&t->lock);
+    p->id = o->anonymous ? 0 : t->next_id++;
+    table_insert(t, proc_ref(p));
+    pthread_mutex_unlock(&t->lock);
+    pthread_rwlock_unlock(&t->reap_lock);
+    if (r < 0) {
+        /* Registered already, so the reaper will collect it; it must not run unobserved. */
+        kill(-p->pid, SIGKILL);
+        sbx_proc_detach(p);
+        goto fail;
+    }
+    if (o->credit != 0)
+        sbx_proc_ack(p);
+    *ret = p;
+    return 0;
+fail:
+    sbx_proc_unref(p);
+    return r;
+}
+
+/* Arms the output fd again, or, once the process has exited, reads it directly: after exit an
+ * empty pipe may never become readable again (a background job can hold its write end). */
+static void kick_locked(struct sbx_proc *p, struct out *o);
+
+static void drain_task(void *arg)
+{
+    struct out *o = arg;
+    struct sbx_proc *p = container_of(o, struct sbx_proc, out[o->stream]);
+
+    on_readable(&o->w, EPOLLIN);
+    sbx_proc_unref(p);
+}
+
+static void kick_locked(struct sbx_proc *p, struct out *o)
+{
+    if (o->w.fd < 0)
+        return;
+    o->paused = false;
+    if (p->exited && !p->pty) {
+        if (sbx_loop_post(p->t->loop, drain_task, o) == 0)
+            proc_ref(p);
+        return;
+    }
+    (void)sbx_loop_mod(p->t->loop, &o->w, EPOLLIN | EPOLLONESHOT);
+}
+
+static void finish_task(void *arg)
+{
+    struct sbx_proc *p = arg;
+
+    pthread_mutex_lock(&p->lock);
+    finish_locked(p);
+    sbx_proc_unref(p);
+}
+
+/* Re-arms what waited for credit and posts the exit when it is all that is left. */
+static void wake_locked(struct sbx_proc *p)
+{
+    for (int i = 0; i < 2; i++)
+        if (p->out[i].paused)
+            kick_locked(p, &p->out[i]);
+    if (p->exited && !p->delivered && p->out[0].w.fd < 0 && p->out[1].w.fd < 0) {
+        if (sbx_loop_post(p->t->loop, finish_task, p) == 0)
+            proc_ref(p);
+    }
+}
+
+void sbx_proc_ack(struct sbx_proc *p)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->credit >= 0)
+        p->credit++;
+    wake_locked(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void sbx_proc_detach(struct sbx_proc *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->discard = true;
+    p->credit = SBX_CREDIT_UNLIMITED;
+    wake_locked(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Delivers the exit once output is drained and credit allows, then unregisters p. Called with
+ * p->lock held, on the loop thread; releases it. */
+static void finish_locked(struct sbx_proc *p)
+{
+    const struct sbx_proc_sink *sink = p->sink;
+    void *data = p->sink_data;
+    struct sbx_exit ex = p->ex;
+
+    if (!p->exited || p->delivered || p->out[0].w.fd >= 0 || p->out[1].w.fd >= 0 ||
+        (sink && p->credit == 0)) {
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    p->delivered = true;
+    if (p->credit > 0)
+        p->credit--;
+    sbx_timer_release(&p->drain);
+    pthread_mutex_unlock(&p->lock);
+    if (table_remove(p->t, p))
+        sbx_proc_unref(p);
+    if (sink)
+        sink->exit(data, &ex);
+}
+
+static void close_out_locked(struct sbx_proc *p, struct out *o)
+{
+    close_watch(p, &o->w);
+    o->paused = false;
+}
+
+static void on_readable(struct sbx_watch *w, uint32_t events)
+{
+    struct out *o = container_of(w, struct out, w);
+    struct sbx_proc *p = container_of(o, struct sbx_proc, out[o->stream]);
+    struct sbx_proctab *t = p->t;
+    const struct sbx_proc_sink *sink;
+    void *data;
+    ssize_t n;
+
+    (void)events;
+    pthread_mutex_lock(&p->lock);
+    if (w->fd < 0) {
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    if (p->credit == 0) {
+        o->paused = true;
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    do {
+        n = read(w->fd, t->buf, t->chunk_size);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        if (p->credit > 0)
+            p->credit--;
+        sink = p->discard ? NULL : p->sink;
+        data = p->sink_data;
+        pthread_mutex_unlock(&p->lock);
+        if (sink)
+            sink->output(data, o->stream, t->buf, (size_t)n);
+        pthread_mutex_lock(&p->lock);
+        if (p->credit != 0)
+            kick_locked(p, o);
+        else
+            o->paused = w->fd >= 0;
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    if (n < 0 && errno == EAGAIN && (!p->exited || p->pty)) {
+        (void)sbx_loop_mod(t->loop, w, EPOLLIN | EPOLLONESHOT);
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    /* EOF; EIO from a pty whose slave is closed; or a drained pipe after exit. */
+    close_out_locked(p, o);
+    finish_locked(p);
+}
+
+static void drain_expired(struct sbx_timer *timer)
+{
+    struct sbx_proc *p = container_of(timer, struct sbx_proc, drain);
+
+    pthread_mutex_lock(&p->lock);
+    if (p->out[0].paused) {
+        /* The reader is behind; keep waiting for it rather than dropping output. */
+        (void)sbx_timer_arm(timer, PTY_DRAIN_MS);
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    close_out_locked(p, &p->out[0]);
+    finish_locked(p);
+}
+
+static void fill_exit(struct sbx_exit *ex, int status)
+{
+    ex->status = status;
+    if (WIFEXITED(status)) {
+        ex->exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        ex->exit_code = -1;
+        ex->signal = WTERMSIG(status);
+        ex->core_dumped = WCOREDUMP(status);
+    } else {
+        ex->exit_code = -1;
+    }
+}
+
+static void proc_exited(struct sbx_proc *p, int status)
+{
+    struct wreq *writes;
+
+    pthread_mutex_lock(&p->lock);
+    p->exited = true;
+    fill_exit(&p->ex, status);
+    writes = take_writes_locked(p);
+    close_watch(p, &p->in);
+    if (p->pty)
+        (void)sbx_timer_arm(&p->drain, PTY_DRAIN_MS);
+    for (int i = 0; i < 2; i++)
+        if (p->out[i].w.fd >= 0 && !p->out[i].paused)
+            kick_locked(p, &p->out[i]);
+    finish_locked(p);
+    complete_writes(writes, -EPIPE);
+}
+
+void sbx_proctab_reap(struct sbx_proctab *t)
+{
+    for (;;) {
+        struct sbx_proc *p;
+        int status;
+        pid_t pid;
+
+        pthread_rwlock_wrlock(&t->reap_lock);
+        pid = waitpid(-1, &status, WNOHANG);
+        p = pid > 0 ? get_by_pid(t, pid) : NULL;
+        pthread_rwlock_unlock(&t->reap_lock);
+        if (pid <= 0)
+            break;
+        if (p) {
+            proc_exited(p, status);
+            sbx_proc_unref(p);
+        }
+    }
+}
+
+int sbx_proctab_signal_all(struct sbx_proctab *t, int sig)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < NBUCKETS; i++)
+        for (struct sbx_proc *p = t->by_pid[i]; p; p = p->next_pid)
+            if (kill(-p->pid, sig) == 0)
+                n++;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+int sbx_proc_signal(struct sbx_proc *p, int sig, struct sbx_error *err)
+{
+    int r = 0;
+
+    pthread_mutex_lock(&p->lock);
+    /* Exited but not yet delivered: like the reference, succeed without signalling (the pid
+     * may be reused once reaped). */
+    if (!p->exited && kill(-p->pid, sig) < 0)
+        r = sbx_error_set(err, errno, "signal process %d", p->id);
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+int sbx_proc_resize(struct sbx_proc *p, unsigned short cols, unsigned short rows,
+                    struct sbx_error *err)
+{
+    struct winsize ws = {.ws_col = cols, .ws_row = rows};
+    int r = 0;
+
+    if (!p->pty)
+        return sbx_error_set(err, ENOTTY, "process is completed or has no active PTY");
+    pthread_mutex_lock(&p->lock);
+    if (p->exited || p->out[0].w.fd < 0)
+        r = sbx_error_set(err, ENOTTY, "process is completed or has no active PTY");
+    else if (ioctl(p->out[0].w.fd, TIOCSWINSZ, &ws) < 0)
+        r = sbx_error_set(err, errno, "resize tty of process %d", p->id);
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+/* Writes queued data until the pipe is full; returns the completed requests. */
+static struct wreq *flush_locked(struct sbx_proc *p, int *result)
+{
+    struct wreq *done = NULL, **tail = &done;
+
+    *result = 0;
+    while (p->wq_head) {
+        struct wreq *w = p->wq_head;
+        if (w->close) {
+            if (p->pty) {
+                const char eof = 4; /* VEOF: the line discipline turns it into end of file */
+                if (write(p->in.fd, &eof, 1) < 0 && errno == EAGAIN)
+                    break;
+            } else {
+                close_watch(p, &p->in);
+            }
+        } else {
+            ssize_t n = write(p->in.fd, w->buf + w->off, w->len - w->off);
+            if (n < 0 && errno == EAGAIN)
+                break;
+            if (n < 0 && errno != EINTR) {
+                *result = -errno;
+                break;
+            }
+            w->off += n > 0 ? (size_t)n : 0;
+            if (w->off < w->len)
+                continue;
+        }
+        p->wq_head = w->next;
+        if (!p->wq_head)
+            p->wq_tail = NULL;
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+    }
+    if (p->in.fd >= 0)
+        (void)sbx_loop_mod(p->t->loop, &p->in, p->wq_head && !*result ? EPOLLOUT | EPOLLONESHOT : 0);
+    return done;
+}
+
+static void on_writable(struct sbx_watch *w, uint32_t events)
+{
+    struct sbx_proc *p = container_of(w, struct sbx_proc, in);
+    struct wreq *done, *failed = NULL;
+    int result;
+
+    (void)events;
+    pthread_mutex_lock(&p->lock);
+    done = flush_locked(p, &result);
+    if (result < 0) {
+        failed = take_writes_locked(p);
+        close_watch(p, &p->in);
+    }
+    pthread_mutex_unlock(&p->lock);
+    complete_writes(done, 0);
+    complete_writes(failed, result);
+}
+
+static int enqueue(struct sbx_proc *p, const uint8_t *buf, size_t len, bool close,
+                   sbx_write_done_fn done, void *data, struct sbx_error *err)
+{
+    struct wreq *w = malloc(sizeof(*w) + len), *completed, *failed = NULL;
+    int result;
+
+    if (!w)
+        return sbx_error_set(err, ENOMEM, "allocate stdin buffer");
+    *w = (struct wreq){.len = len, .close = close, .done = done, .data = data};
+    if (len)
+        memcpy(w->buf, buf, len);
+    pthread_mutex_lock(&p->lock);
+    if (p->in.fd < 0) {
+        pthread_mutex_unlock(&p->lock);
+        free(w);
+        return sbx_error_set(err, EPIPE, "stdin of process %d is closed", p->id);
+    }
+    if (p->wq_tail)
+        p->wq_tail->next = w;
+    else
+        p->wq_head = w;
+    p->wq_tail = w;
+    completed = flush_locked(p, &result);
+    if (result < 0) {
+        failed = take_writes_locked(p);
+        close_watch(p, &p->in);
+    }
+    pthread_mutex_unlock(&p->lock);
+    complete_writes(completed, 0);
+    complete_writes(failed, result);
+    return 0;
+}
+
+int sbx_proc_write(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
+                   void *data, struct sbx_error *err)
+{
+    return enqueue(p, buf, len, false, done, data, err);
+}
+
+int sbx_proc_close_stdin(struct sbx_proc *p, sbx_write_done_fn done, void *data,
+                         struct sbx_error *err)
+{
+    return enqueue(p, NULL, 0, true, done, data, err);
+}

@@ -1,0 +1,216 @@
+#define _GNU_SOURCE
+#include "spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pty.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+#define CHILD_STACK_SIZE (64 * 1024)
+#define DEFAULT_SEARCH_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* What the child reads, prepared by the parent. */
+struct child_args {
+    const struct sbx_spawn *s;
+    int stdio[3];       /* become 0, 1, 2 */
+    int ctty;           /* fd of the pty slave to make the controlling tty, or -1 */
+    volatile int error; /* errno of the failed step, written by the child */
+};
+
+static int is_executable_file(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return -EACCES;
+    if (access(path, X_OK) < 0)
+        return -errno;
+    return 0;
+}
+
+int sbx_spawn_lookup(const char *name, const char *search_path, char **ret,
+                     struct sbx_error *err)
+{
+    const char *p;
+    int last = -ENOENT;
+
+    if (strchr(name, '/')) {
+        *ret = strdup(name);
+        return *ret ? 0 : sbx_error_set(err, ENOMEM, "allocate path");
+    }
+    if (!search_path)
+        search_path = DEFAULT_SEARCH_PATH;
+    for (p = search_path;; p++) {
+        const char *end = strchrnul(p, ':');
+        char buf[PATH_MAX];
+        size_t dlen = (size_t)(end - p);
+        int r;
+
+        if (dlen == 0)
+            r = snprintf(buf, sizeof(buf), "./%s", name);
+        else
+            r = snprintf(buf, sizeof(buf), "%.*s/%s", (int)dlen, p, name);
+        if (r > 0 && (size_t)r < sizeof(buf)) {
+            r = is_executable_file(buf);
+            if (r == 0) {
+                *ret = strdup(buf);
+                return *ret ? 0 : sbx_error_set(err, ENOMEM, "allocate path");
+            }
+            if (r == -EACCES)
+                last = r;
+        }
+        if (*end == '\0')
+            break;
+        p = end;
+    }
+    return sbx_error_set(err, -last, "exec: \"%s\": executable file not found in $PATH", name);
+}
+
+/* Runs in the child, on its own stack, sharing the parent's memory until execve: only
+ * async-signal-safe calls, no allocation, no instrumentation. */
+__attribute__((no_sanitize("address", "undefined"))) static int child_main(void *arg)
+{
+    struct child_args *a = arg;
+    const struct sbx_spawn *s = a->s;
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigset_t none;
+
+    /* Dispositions set to ignore survive exec (gRPC ignores SIGPIPE); handlers do not. */
+    for (int sig = 1; sig < NSIG; sig++)
+        (void)sigaction(sig, &dfl, NULL);
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+        goto fail;
+    if (setsid() < 0)
+        goto fail;
+    if (a->ctty >= 0 && ioctl(a->ctty, TIOCSCTTY, 0) < 0)
+        goto fail;
+    for (int i = 0; i < 3; i++) {
+        /* dup2 onto itself would keep O_CLOEXEC; dup3-less fcntl clears it instead. */
+        if (a->stdio[i] == i) {
+            if (fcntl(i, F_SETFD, 0) < 0)
+                goto fail;
+        } else if (dup2(a->stdio[i], i) < 0) {
+            goto fail;
+        }
+    }
+    if (s->cwd_fd >= 0 && fchdir(s->cwd_fd) < 0)
+        goto fail;
+    /* Anything a library opened without O_CLOEXEC must not leak into user code. */
+    (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    execve(s->path, s->argv, s->envp);
+fail:
+    a->error = errno ? errno : EINVAL;
+    _exit(127);
+}
+
+static void close_all(int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sbx_closep(&fds[i]);
+}
+
+/* Makes the parent's ends: pipes, or a pty whose master is shared by stdin and stdout. */
+static int make_stdio(const struct sbx_spawn *s, int parent[3], int child[3], int *ctty,
+                      struct sbx_error *err)
+{
+    int p[2];
+
+    if (s->pty) {
+        struct winsize ws = {.ws_col = s->cols, .ws_row = s->rows};
+        int master, slave;
+
+        if (openpty(&master, &slave, NULL, NULL, (ws.ws_col && ws.ws_row) ? &ws : NULL) < 0)
+            return sbx_error_set(err, errno, "openpty");
+        (void)fcntl(master, F_SETFD, FD_CLOEXEC);
+        (void)fcntl(slave, F_SETFD, FD_CLOEXEC);
+        (void)fcntl(master, F_SETFL, O_NONBLOCK | O_RDWR);
+        parent[1] = master;
+        parent[0] = fcntl(master, F_DUPFD_CLOEXEC, 3);
+        if (parent[0] < 0)
+            return sbx_error_set(err, errno, "dup pty master");
+        child[0] = slave;
+        child[1] = fcntl(slave, F_DUPFD_CLOEXEC, 3);
+        child[2] = fcntl(slave, F_DUPFD_CLOEXEC, 3);
+        if (child[1] < 0 || child[2] < 0)
+            return sbx_error_set(err, errno, "dup pty slave");
+        *ctty = slave;
+        return 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (i == 0 && s->stdin_null) {
+            child[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (child[0] < 0)
+                return sbx_error_set(err, errno, "open /dev/null");
+            continue;
+        }
+        if (pipe2(p, O_CLOEXEC) < 0)
+            return sbx_error_set(err, errno, "pipe");
+        /* stdin: the child reads p[0]; stdout/stderr: the child writes p[1]. */
+        parent[i] = i == 0 ? p[1] : p[0];
+        child[i] = i == 0 ? p[0] : p[1];
+        (void)fcntl(parent[i], F_SETFL, O_NONBLOCK);
+    }
+    return 0;
+}
+
+int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx_error *err)
+{
+    int parent[3] = {-1, -1, -1}, child[3] = {-1, -1, -1};
+    struct child_args a = {.s = s, .ctty = -1};
+    void *stack;
+    pid_t pid;
+    int r;
+
+    r = make_stdio(s, parent, child, &a.ctty, err);
+    if (r < 0)
+        goto out;
+    memcpy(a.stdio, child, sizeof(child));
+    stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+        r = sbx_error_set(err, errno, "allocate child stack");
+        goto out;
+    }
+    /* CLONE_VFORK: we resume once the child has exec'ed or exited, so a.error is final. */
+    pid = clone(child_main, (char *)stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                &a);
+    r = pid < 0 ? -errno : 0;
+    munmap(stack, CHILD_STACK_SIZE);
+    if (r < 0) {
+        r = sbx_error_set(err, -r, "clone");
+        goto out;
+    }
+    if (a.error) {
+        (void)waitpid(pid, NULL, 0);
+        r = sbx_error_set(err, a.error, "exec \"%s\": %s", s->path, strerror(a.error));
+        goto out;
+    }
+    ret->pid = pid;
+    ret->in_fd = TAKE_FD(parent[0]);
+    ret->out_fd = TAKE_FD(parent[1]);
+    ret->err_fd = TAKE_FD(parent[2]);
+out:
+    close_all(parent, 3);
+    close_all(child, 3);
+    return r;
+}

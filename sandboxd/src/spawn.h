@@ -1,0 +1,37 @@
+/* Starting a child from the threaded daemon. Everything the child needs is prepared before the
+ * clone; the child (sharing our memory until it execs) makes only async-signal-safe calls. */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+struct sbx_spawn {
+    const char *path;   /* executable, resolved (sbx_spawn_lookup) or containing a '/' */
+    char *const *argv;  /* NULL-terminated */
+    char *const *envp;  /* NULL-terminated, the whole environment */
+    int cwd_fd;         /* directory to fchdir to, or -1 to keep ours */
+    bool pty;           /* stdio on a new pseudo-terminal, which becomes the controlling tty */
+    bool stdin_null;    /* stdin from /dev/null (no pty) */
+    unsigned short cols, rows;
+};
+
+/* The parent's ends, all O_CLOEXEC and O_NONBLOCK. With a pty, out_fd is the master, in_fd a
+ * duplicate of it, err_fd is -1. in_fd is -1 with stdin_null. */
+struct sbx_spawned {
+    pid_t pid;
+    int in_fd;
+    int out_fd;
+    int err_fd;
+};
+
+/* Starts the child in a new session (its pid is its process group). On exec failure the child
+ * is reaped here and the exec errno returned: the caller must keep other reapers out (proc.c holds
+ * the reap lock). Returns 0 or -errno. */
+int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx_error *err);
+
+/* Finds name in the colon-separated search path (a default one when NULL), as execvp does.
+ * A name containing '/' is returned as is. *ret is malloc'ed. Returns 0, -ENOENT or -EACCES. */
+int sbx_spawn_lookup(const char *name, const char *search_path, char **ret,
+                     struct sbx_error *err);
