@@ -23,7 +23,7 @@ struct watch {
     bool in_flight; /* one message at a time */
     bool ending;    /* the status is to be sent */
     bool ended;
-    int sent;       /* last status sent, -1 before the first */
+    int sent; /* last status sent, -1 before the first */
     int cancelled;
     grpc_byte_buffer *bb;
     grpc_slice details;

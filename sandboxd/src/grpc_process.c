@@ -323,10 +323,10 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     if (r < 0) {
         c->req = NULL;
         free(c);
-        reply_start_error(req, r, &e,
-                          execute ? "failed to execute command"
-                                  : (pty ? "failed to start command with PTY"
-                                         : "failed to start command"));
+        reply_start_error(
+            req, r, &e,
+            execute ? "failed to execute command"
+                    : (pty ? "failed to start command with PTY" : "failed to start command"));
         return;
     }
     memset(&op, 0, sizeof(op));
@@ -440,8 +440,8 @@ static void handle_write_stdin(struct sbx_grpc_req *req)
     sbx_proc_unref(p);
     if (rc < 0) {
         snprintf(msg, sizeof(msg), "failed to write stdin: %s", e.msg);
-        sbx_grpc_reply(req, NULL, rc == -EPIPE ? GRPC_STATUS_FAILED_PRECONDITION : sbx_grpc_status(rc),
-                       msg);
+        sbx_grpc_reply(req, NULL,
+                       rc == -EPIPE ? GRPC_STATUS_FAILED_PRECONDITION : sbx_grpc_status(rc), msg);
         free(s);
     }
 }
@@ -517,7 +517,8 @@ static void handle_resize(struct sbx_grpc_req *req)
         return;
     }
     if (r->cols > 0xffff || r->rows > 0xffff) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "cols and rows must be below 65536");
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT,
+                       "cols and rows must be below 65536");
         return;
     }
     p = lookup(req, r->process_id);

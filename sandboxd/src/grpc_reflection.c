@@ -164,8 +164,7 @@ static long find_symbol(const struct sbx_reflection *r, const char *name)
 }
 
 /* Collects file idx and its transitive dependencies, each once, the file itself first. */
-static void collect(const struct sbx_reflection *r, size_t idx, bool *seen, size_t *out,
-                    size_t *n)
+static void collect(const struct sbx_reflection *r, size_t idx, bool *seen, size_t *out, size_t *n)
 {
     const Google__Protobuf__FileDescriptorProto *f = r->set->file[idx];
 
@@ -193,7 +192,8 @@ struct answer {
     char msg[256];
 };
 
-static void answer_error(struct answer *a, grpc_status_code code, const char *what, const char *name)
+static void answer_error(struct answer *a, grpc_status_code code, const char *what,
+                         const char *name)
 {
     grpc__reflection__v1__error_response__init(&a->error);
     snprintf(a->msg, sizeof(a->msg), "%s not found: %s", what, name);

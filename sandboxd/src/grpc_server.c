@@ -213,9 +213,9 @@ static void acceptor_arm(struct acceptor *a)
     req->srv = a->srv;
     grpc_metadata_array_init(&req->md);
     a->req = req;
-    e = grpc_server_request_registered_call(
-        a->srv->server, a->handle, &req->call, &req->deadline, &req->md,
-        a->m->client_streaming ? NULL : &req->payload, a->srv->cq, a->srv->cq, &a->tag);
+    e = grpc_server_request_registered_call(a->srv->server, a->handle, &req->call, &req->deadline,
+                                            &req->md, a->m->client_streaming ? NULL : &req->payload,
+                                            a->srv->cq, a->srv->cq, &a->tag);
     if (e != GRPC_CALL_OK) {
         a->req = NULL;
         sbx_grpc_req_free(req);
@@ -253,8 +253,7 @@ static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
             fallback_arm(next);
         }
     }
-    snprintf(msg, sizeof(msg), "unknown method %.*s",
-             (int)GRPC_SLICE_LENGTH(f->details.method),
+    snprintf(msg, sizeof(msg), "unknown method %.*s", (int)GRPC_SLICE_LENGTH(f->details.method),
              (const char *)GRPC_SLICE_START_PTR(f->details.method));
     details = grpc_slice_from_copied_string(msg);
     memset(ops, 0, sizeof(ops));
@@ -352,7 +351,8 @@ static void *cq_thread(void *arg)
     struct sbx_grpc *s = arg;
 
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        grpc_event ev =
+            grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type == GRPC_OP_COMPLETE) {

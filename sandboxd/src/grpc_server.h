@@ -38,7 +38,7 @@ struct sbx_grpc_method {
 
 struct sbx_grpc_opts {
     int max_recv_bytes;
-    int max_streams;  /* concurrent streams per connection */
+    int max_streams; /* concurrent streams per connection */
     int threads;
 };
 
@@ -70,7 +70,8 @@ void sbx_grpc_req_free(struct sbx_grpc_req *req);
 void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grpc_status_code code,
                     const char *details);
 
-/* Decodes a request payload; NULL when missing or malformed. Free with protobuf_c_message_free_unpacked. */
+/* Decodes a request payload; NULL when missing or malformed. Free with
+ * protobuf_c_message_free_unpacked. */
 ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
 
 static inline void sbx_pb_freep(ProtobufCMessage **m)

@@ -64,8 +64,9 @@ void sbx_log_write(enum sbx_log_level level, int errnum, const char *fmt, ...)
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
 
     if (sbx_log_json) {
-        len = (size_t)snprintf(line, sizeof(line), "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"",
-                               stamp, ts.tv_nsec / 1000000, level_names[level]);
+        len = (size_t)snprintf(line, sizeof(line),
+                               "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"", stamp,
+                               ts.tv_nsec / 1000000, level_names[level]);
         len = json_escape(line, sizeof(line), len, msg);
         len += (size_t)snprintf(line + len, sizeof(line) - len, "\"}\n");
     } else {

@@ -78,8 +78,7 @@ void sbx_loop_free(struct sbx_loop *loop)
     free(loop);
 }
 
-int sbx_loop_add(struct sbx_loop *loop, struct sbx_watch *w, uint32_t events,
-                 struct sbx_error *err)
+int sbx_loop_add(struct sbx_loop *loop, struct sbx_watch *w, uint32_t events, struct sbx_error *err)
 {
     struct epoll_event ev = {.events = events, .data.ptr = w};
 
@@ -228,7 +227,7 @@ int sbx_timer_arm(struct sbx_timer *t, uint64_t ms)
 
 void sbx_timer_release(struct sbx_timer *t)
 {
-    if (t->watch.fd < 0)
+    if (!t->loop || t->watch.fd < 0)
         return;
     sbx_loop_del(t->loop, &t->watch);
     sbx_closep(&t->watch.fd);

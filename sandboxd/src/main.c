@@ -108,14 +108,19 @@ static const struct option_def {
     {"grpc-port", opt_port, &arg_grpc_port, "gRPC port, 0 for any free one (9090)"},
     {"grpc-socket", opt_string, &arg_grpc_socket, "also serve gRPC on this unix socket"},
     {"rest-port", opt_port, &arg_rest_port, "REST port (8080)"},
-    {"root-dir", opt_string, &arg_root_dir, "directory processes and files are confined to (/workspace)"},
-    {"metadata-env-prefix", opt_string, &arg_metadata_env_prefix, "env prefix of /v1/metadata (SANDBOX_)"},
+    {"root-dir", opt_string, &arg_root_dir,
+     "directory processes and files are confined to (/workspace)"},
+    {"metadata-env-prefix", opt_string, &arg_metadata_env_prefix,
+     "env prefix of /v1/metadata (SANDBOX_)"},
     {"shutdown-timeout", opt_duration, &arg_shutdown_timeout_ms, "drain time on SIGTERM (10s)"},
-    {"termination-grace", opt_duration, &arg_termination_grace_ms, "SIGTERM to SIGKILL of children on shutdown (5s)"},
+    {"termination-grace", opt_duration, &arg_termination_grace_ms,
+     "SIGTERM to SIGKILL of children on shutdown (5s)"},
     {"http-idle-timeout", opt_duration, &arg_http_idle_timeout_ms, "idle keep-alive timeout (60s)"},
-    {"stream-chunk-size", opt_size, &arg_stream_chunk_size, "largest output chunk streamed by Start (4096)"},
+    {"stream-chunk-size", opt_size, &arg_stream_chunk_size,
+     "largest output chunk streamed by Start (4096)"},
     {"max-message-bytes", opt_size, &arg_max_message_bytes, "largest gRPC request (4194304)"},
-    {"max-output-bytes", opt_size, &arg_max_output_bytes, "output kept per stream by Execute (16777216)"},
+    {"max-output-bytes", opt_size, &arg_max_output_bytes,
+     "output kept per stream by Execute (16777216)"},
     {"grpc-threads", opt_threads, &arg_grpc_threads, "completion-queue threads (2)"},
     {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", opt_log_format, NULL, "text or json (text)"},
@@ -310,8 +315,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
                                .threads = (int)arg_grpc_threads};
     int r;
 
-    if ((r = sbx_root_open(root, arg_root_dir, err)) < 0 ||
-        (r = sbx_loop_new(&d.loop, err)) < 0 ||
+    if ((r = sbx_root_open(root, arg_root_dir, err)) < 0 || (r = sbx_loop_new(&d.loop, err)) < 0 ||
         (r = sbx_loop_add(d.loop, &d.signals, EPOLLIN, err)) < 0 ||
         (r = sbx_timer_init(&d.kill_timer, d.loop, kill_expired, err)) < 0 ||
         (r = sbx_timer_init(&d.deadline_timer, d.loop, deadline_expired, err)) < 0 ||
@@ -340,6 +344,7 @@ int main(int argc, char **argv)
     struct sbx_error err = {0};
     int r;
 
+    d.signals.fd = -1;
     ensure_stdio();
     r = parse_args(argc, argv);
     if (r != 0)
@@ -354,7 +359,7 @@ int main(int argc, char **argv)
         r = sbx_loop_run(d.loop, &err);
     }
     if (r < 0)
-        log_error(0, "%s", err.msg);
+        log_error(err.code, "%s", err.msg);
     if (d.grpc) {
         sbx_grpc_shutdown(d.grpc, grpc_shut_down, NULL);
         sbx_grpc_cancel_all(d.grpc);

@@ -8,19 +8,44 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 
+/* Creates path and its missing parents (mode 0755). */
+static int mkdir_parents(const char *path)
+{
+    _cleanup_free_ char *p = strdup(path);
+
+    if (!p)
+        return -ENOMEM;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *s = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
 int sbx_root_open(struct sbx_root *root, const char *path, struct sbx_error *err)
 {
+    int r = mkdir_parents(path);
+
+    if (r < 0)
+        return sbx_error_set(err, r, "create root dir '%s'", path);
     root->path = realpath(path, NULL);
     if (!root->path)
         return sbx_error_set(err, errno, "root dir '%s'", path);
     root->fd = open(root->path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root->fd < 0) {
-        int r = sbx_error_set(err, errno, "open root dir '%s'", root->path);
+        r = sbx_error_set(err, errno, "open root dir '%s'", root->path);
         free(root->path);
         root->path = NULL;
         return r;
@@ -66,9 +91,8 @@ int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **re
             /* empty or "." component */
         } else if (n == 2 && p[0] == '.' && p[1] == '.') {
             if (o == 0)
-                return sbx_error_set(err, EXDEV,
-                                     "access denied: path \"%s\": path escapes sandbox root",
-                                     user_path);
+                return sbx_error_set(
+                    err, EXDEV, "access denied: path \"%s\": path escapes sandbox root", user_path);
             while (o > 0 && out[o - 1] != '/')
                 o--;
             if (o > 0)

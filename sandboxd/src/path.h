@@ -11,7 +11,7 @@ struct sbx_root {
     char *path; /* canonical absolute path */
 };
 
-/* Opens the root dir (resolving symlinks). Returns 0 or -errno. */
+/* Opens the root dir (resolving symlinks), creating it when missing. Returns 0 or -errno. */
 int sbx_root_open(struct sbx_root *root, const char *path, struct sbx_error *err);
 void sbx_root_release(struct sbx_root *root);
 

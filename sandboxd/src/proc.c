@@ -320,8 +320,12 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
 {
     _cleanup_free_ char *path = NULL;
     struct sbx_spawned sp;
-    struct sbx_spawn s = {.argv = o->argv, .envp = o->envp, .cwd_fd = o->cwd_fd,
-                          .pty = o->pty, .cols = o->cols, .rows = o->rows,
+    struct sbx_spawn s = {.argv = o->argv,
+                          .envp = o->envp,
+                          .cwd_fd = o->cwd_fd,
+                          .pty = o->pty,
+                          .cols = o->cols,
+                          .rows = o->rows,
                           .stdin_null = o->anonymous};
     struct sbx_proc *p;
     int r;
@@ -659,7 +663,8 @@ static struct wreq *flush_locked(struct sbx_proc *p, int *result)
         tail = &w->next;
     }
     if (p->in.fd >= 0)
-        (void)sbx_loop_mod(p->t->loop, &p->in, p->wq_head && !*result ? EPOLLOUT | EPOLLONESHOT : 0);
+        (void)sbx_loop_mod(p->t->loop, &p->in,
+                           p->wq_head && !*result ? EPOLLOUT | EPOLLONESHOT : 0);
     return done;
 }
 

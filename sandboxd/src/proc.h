@@ -37,13 +37,13 @@ struct sbx_proc_sink {
 #define SBX_CREDIT_UNLIMITED (-1)
 
 struct sbx_proc_opts {
-    char *const *argv;  /* argv[0] is looked up in PATH (from envp, else the default) */
-    char *const *envp;  /* the whole environment */
-    int cwd_fd;         /* directory to run in, or -1 */
+    char *const *argv; /* argv[0] is looked up in PATH (from envp, else the default) */
+    char *const *envp; /* the whole environment */
+    int cwd_fd;        /* directory to run in, or -1 */
     bool pty;
     unsigned short cols, rows;
-    int credit;         /* initial output credit: 0 to wait for sbx_proc_ack, or unlimited */
-    bool anonymous;     /* no id (not found by sbx_proc_get), stdin from /dev/null */
+    int credit;     /* initial output credit: 0 to wait for sbx_proc_ack, or unlimited */
+    bool anonymous; /* no id (not found by sbx_proc_get), stdin from /dev/null */
 };
 
 struct sbx_proctab_opts {

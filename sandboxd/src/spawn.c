@@ -19,7 +19,7 @@
 
 #include "cleanup.h"
 
-#define CHILD_STACK_SIZE (64 * 1024)
+#define CHILD_STACK_SIZE    (64 * 1024)
 #define DEFAULT_SEARCH_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -47,8 +47,7 @@ static int is_executable_file(const char *path)
     return 0;
 }
 
-int sbx_spawn_lookup(const char *name, const char *search_path, char **ret,
-                     struct sbx_error *err)
+int sbx_spawn_lookup(const char *name, const char *search_path, char **ret, struct sbx_error *err)
 {
     const char *p;
     int last = -ENOENT;
@@ -192,8 +191,7 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
         goto out;
     }
     /* CLONE_VFORK: we resume once the child has exec'ed or exited, so a.error is final. */
-    pid = clone(child_main, (char *)stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                &a);
+    pid = clone(child_main, (char *)stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
     r = pid < 0 ? -errno : 0;
     munmap(stack, CHILD_STACK_SIZE);
     if (r < 0) {

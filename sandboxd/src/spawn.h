@@ -8,12 +8,12 @@
 #include "error.h"
 
 struct sbx_spawn {
-    const char *path;   /* executable, resolved (sbx_spawn_lookup) or containing a '/' */
-    char *const *argv;  /* NULL-terminated */
-    char *const *envp;  /* NULL-terminated, the whole environment */
-    int cwd_fd;         /* directory to fchdir to, or -1 to keep ours */
-    bool pty;           /* stdio on a new pseudo-terminal, which becomes the controlling tty */
-    bool stdin_null;    /* stdin from /dev/null (no pty) */
+    const char *path;  /* executable, resolved (sbx_spawn_lookup) or containing a '/' */
+    char *const *argv; /* NULL-terminated */
+    char *const *envp; /* NULL-terminated, the whole environment */
+    int cwd_fd;        /* directory to fchdir to, or -1 to keep ours */
+    bool pty;          /* stdio on a new pseudo-terminal, which becomes the controlling tty */
+    bool stdin_null;   /* stdin from /dev/null (no pty) */
     unsigned short cols, rows;
 };
 
@@ -33,5 +33,4 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
 
 /* Finds name in the colon-separated search path (a default one when NULL), as execvp does.
  * A name containing '/' is returned as is. *ret is malloc'ed. Returns 0, -ENOENT or -EACCES. */
-int sbx_spawn_lookup(const char *name, const char *search_path, char **ret,
-                     struct sbx_error *err);
+int sbx_spawn_lookup(const char *name, const char *search_path, char **ret, struct sbx_error *err);
