@@ -33,7 +33,10 @@ struct wreq {
 struct out {
     struct sbx_watch w;
     enum sbx_stream stream;
-    bool paused; /* left unarmed for want of credit */
+    bool paused;  /* out of epoll for want of credit */
+    bool busy;    /* a thread is reading and delivering */
+    bool again;   /* someone asked for a pump while busy */
+    uint8_t *buf; /* chunk_size bytes, used by the busy thread */
 };
 
 struct sbx_proc {
@@ -62,7 +65,6 @@ struct sbx_proctab {
     struct sbx_loop *loop;
     struct sbx_proctab_opts opts;
     size_t chunk_size;
-    uint8_t *buf; /* read buffer, loop thread only */
     int32_t next_id;
     pthread_mutex_t lock; /* the hash tables and count */
     struct sbx_proc *by_id[NBUCKETS];
@@ -76,6 +78,7 @@ struct sbx_proctab {
 static void on_readable(struct sbx_watch *w, uint32_t events);
 static void on_writable(struct sbx_watch *w, uint32_t events);
 static void finish_locked(struct sbx_proc *p);
+static void pump_locked(struct sbx_proc *p, struct out *o, int batch);
 
 int sbx_proctab_new(struct sbx_proctab **ret, struct sbx_loop *loop,
                     const struct sbx_proctab_opts *opts, struct sbx_error *err)
@@ -88,11 +91,6 @@ int sbx_proctab_new(struct sbx_proctab **ret, struct sbx_loop *loop,
     t->loop = loop;
     t->opts = *opts;
     t->chunk_size = opts->chunk_size ? opts->chunk_size : 4096;
-    t->buf = malloc(t->chunk_size);
-    if (!t->buf) {
-        free(t);
-        return sbx_error_set(err, ENOMEM, "allocate read buffer");
-    }
     t->next_id = 1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_rwlockattr_init(&attr);
@@ -117,7 +115,6 @@ void sbx_proctab_free(struct sbx_proctab *t)
     }
     pthread_rwlock_destroy(&t->reap_lock);
     pthread_mutex_destroy(&t->lock);
-    free(t->buf);
     free(t);
 }
 
@@ -241,8 +238,10 @@ void sbx_proc_unref(struct sbx_proc *p)
 {
     if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         close_watch(p, &p->out[i].w);
+        free(p->out[i].buf);
+    }
     close_watch(p, &p->in);
     sbx_timer_release(&p->drain);
     complete_writes(take_writes_locked(p), -EPIPE);
@@ -287,6 +286,9 @@ static int watch_fds(struct sbx_proc *p, const struct sbx_spawned *sp, struct sb
     for (int i = 0; i < 2; i++) {
         if (p->out[i].w.fd < 0)
             continue;
+        p->out[i].buf = malloc(p->t->chunk_size);
+        if (!p->out[i].buf)
+            return sbx_error_set(err, ENOMEM, "allocate output buffer");
         r = sbx_loop_add(p->t->loop, &p->out[i].w, 0, err);
         if (r < 0)
             return r;
@@ -373,31 +375,15 @@ fail:
     return r;
 }
 
-/* Arms the output fd again, or, once the process has exited, reads it directly: after exit an
- * empty pipe may never become readable again (a background job can hold its write end). */
-static void kick_locked(struct sbx_proc *p, struct out *o);
+/* Output fds move between three states, under p->lock:
+ *   armed  - waiting in epoll (oneshot), only the loop thread touches it;
+ *   paused - out of epoll for want of credit; whoever gives credit pumps it;
+ *   busy   - a thread is reading it and delivering; others leave a note (again) and go.
+ * A sink's credit thus pulls the next chunk on the thread that returned it (a completion-queue
+ * thread when streaming), with no hop through the loop while output keeps coming. */
 
-static void drain_task(void *arg)
-{
-    struct out *o = arg;
-    struct sbx_proc *p = container_of(o, struct sbx_proc, out[o->stream]);
-
-    on_readable(&o->w, EPOLLIN);
-    sbx_proc_unref(p);
-}
-
-static void kick_locked(struct sbx_proc *p, struct out *o)
-{
-    if (o->w.fd < 0)
-        return;
-    o->paused = false;
-    if (p->exited && !p->pty) {
-        if (sbx_loop_post(p->t->loop, drain_task, o) == 0)
-            proc_ref(p);
-        return;
-    }
-    (void)sbx_loop_mod(p->t->loop, &o->w, EPOLLIN | EPOLLONESHOT);
-}
+/* Reads a chunk at most this many times per epoll event before yielding to other fds. */
+#define PUMP_BATCH 16
 
 static void finish_task(void *arg)
 {
@@ -408,16 +394,121 @@ static void finish_task(void *arg)
     sbx_proc_unref(p);
 }
 
-/* Re-arms what waited for credit and posts the exit when it is all that is left. */
-static void wake_locked(struct sbx_proc *p)
+/* Delivers the exit if that is all that is left, on the loop thread. Releases p->lock. */
+static void maybe_finish_locked(struct sbx_proc *p)
 {
-    for (int i = 0; i < 2; i++)
-        if (p->out[i].paused)
-            kick_locked(p, &p->out[i]);
-    if (p->exited && !p->delivered && p->out[0].w.fd < 0 && p->out[1].w.fd < 0) {
-        if (sbx_loop_post(p->t->loop, finish_task, p) == 0)
-            proc_ref(p);
+    if (!p->exited || p->delivered || p->out[0].w.fd >= 0 || p->out[1].w.fd >= 0) {
+        pthread_mutex_unlock(&p->lock);
+        return;
     }
+    if (sbx_loop_is_current(p->t->loop)) {
+        finish_locked(p);
+        return;
+    }
+    if (sbx_loop_post(p->t->loop, finish_task, p) == 0)
+        proc_ref(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void pump_task(void *arg)
+{
+    struct out *o = arg;
+    struct sbx_proc *p = container_of(o, struct sbx_proc, out[o->stream]);
+
+    pthread_mutex_lock(&p->lock);
+    pump_locked(p, o, PUMP_BATCH);
+    sbx_proc_unref(p);
+}
+
+/* Lets other fds have the loop: re-arms o, or, after the exit (when an empty pipe may never
+ * wake epoll again), queues another pump. */
+static void yield_locked(struct sbx_proc *p, struct out *o)
+{
+    if (p->exited && !p->pty) {
+        if (sbx_loop_post(p->t->loop, pump_task, o) == 0)
+            proc_ref(p);
+        return;
+    }
+    (void)sbx_loop_mod(p->t->loop, &o->w, EPOLLIN | EPOLLONESHOT);
+}
+
+/* Reads o and delivers chunks while credit lasts (batch: how many chunks at most, -1 for no
+ * limit). Called with p->lock held; releases it. */
+static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
+{
+    if (o->busy) {
+        o->again = true;
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    o->busy = true;
+    o->paused = false;
+    for (;;) {
+        const struct sbx_proc_sink *sink;
+        void *data;
+        ssize_t n;
+
+        o->again = false;
+        if (o->w.fd < 0)
+            break;
+        if (p->credit == 0) {
+            o->paused = true;
+            break;
+        }
+        if (batch-- == 0) {
+            yield_locked(p, o);
+            break;
+        }
+        do {
+            n = read(o->w.fd, o->buf, p->t->chunk_size);
+        } while (n < 0 && errno == EINTR);
+        if (n > 0) {
+            if (p->credit > 0)
+                p->credit--;
+            sink = p->discard ? NULL : p->sink;
+            data = p->sink_data;
+            pthread_mutex_unlock(&p->lock);
+            if (sink)
+                sink->output(data, o->stream, o->buf, (size_t)n);
+            pthread_mutex_lock(&p->lock);
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN && !(p->exited && !p->pty)) {
+            if (o->again)
+                continue;
+            (void)sbx_loop_mod(p->t->loop, &o->w, EPOLLIN | EPOLLONESHOT);
+            break;
+        }
+        /* EOF; EIO from a pty whose slave is closed; or a pipe drained after the exit (a
+         * background job may hold its write end forever). */
+        close_watch(p, &o->w);
+    }
+    o->busy = false;
+    maybe_finish_locked(p);
+}
+
+static void on_readable(struct sbx_watch *w, uint32_t events)
+{
+    struct out *o = container_of(w, struct out, w);
+    struct sbx_proc *p = container_of(o, struct sbx_proc, out[o->stream]);
+
+    (void)events;
+    pthread_mutex_lock(&p->lock);
+    pump_locked(p, o, PUMP_BATCH);
+}
+
+/* Pumps what waited for credit, then delivers the exit when it is all that is left. */
+static void wake(struct sbx_proc *p)
+{
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&p->lock);
+        if (p->out[i].paused)
+            pump_locked(p, &p->out[i], -1);
+        else
+            pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_lock(&p->lock);
+    maybe_finish_locked(p);
 }
 
 void sbx_proc_ack(struct sbx_proc *p)
@@ -425,8 +516,8 @@ void sbx_proc_ack(struct sbx_proc *p)
     pthread_mutex_lock(&p->lock);
     if (p->credit >= 0)
         p->credit++;
-    wake_locked(p);
     pthread_mutex_unlock(&p->lock);
+    wake(p);
 }
 
 void sbx_proc_detach(struct sbx_proc *p)
@@ -434,15 +525,15 @@ void sbx_proc_detach(struct sbx_proc *p)
     pthread_mutex_lock(&p->lock);
     p->discard = true;
     p->credit = SBX_CREDIT_UNLIMITED;
-    wake_locked(p);
     pthread_mutex_unlock(&p->lock);
+    wake(p);
 }
 
 /* Delivers the exit once output is drained and credit allows, then unregisters p. Called with
  * p->lock held, on the loop thread; releases it. */
 static void finish_locked(struct sbx_proc *p)
 {
-    const struct sbx_proc_sink *sink = p->sink;
+    const struct sbx_proc_sink *sink = p->discard ? NULL : p->sink;
     void *data = p->sink_data;
     struct sbx_exit ex = p->ex;
 
@@ -458,63 +549,9 @@ static void finish_locked(struct sbx_proc *p)
     pthread_mutex_unlock(&p->lock);
     if (table_remove(p->t, p))
         sbx_proc_unref(p);
-    if (sink)
-        sink->exit(data, &ex);
-}
-
-static void close_out_locked(struct sbx_proc *p, struct out *o)
-{
-    close_watch(p, &o->w);
-    o->paused = false;
-}
-
-static void on_readable(struct sbx_watch *w, uint32_t events)
-{
-    struct out *o = container_of(w, struct out, w);
-    struct sbx_proc *p = container_of(o, struct sbx_proc, out[o->stream]);
-    struct sbx_proctab *t = p->t;
-    const struct sbx_proc_sink *sink;
-    void *data;
-    ssize_t n;
-
-    (void)events;
-    pthread_mutex_lock(&p->lock);
-    if (w->fd < 0) {
-        pthread_mutex_unlock(&p->lock);
-        return;
-    }
-    if (p->credit == 0) {
-        o->paused = true;
-        pthread_mutex_unlock(&p->lock);
-        return;
-    }
-    do {
-        n = read(w->fd, t->buf, t->chunk_size);
-    } while (n < 0 && errno == EINTR);
-    if (n > 0) {
-        if (p->credit > 0)
-            p->credit--;
-        sink = p->discard ? NULL : p->sink;
-        data = p->sink_data;
-        pthread_mutex_unlock(&p->lock);
-        if (sink)
-            sink->output(data, o->stream, t->buf, (size_t)n);
-        pthread_mutex_lock(&p->lock);
-        if (p->credit != 0)
-            kick_locked(p, o);
-        else
-            o->paused = w->fd >= 0;
-        pthread_mutex_unlock(&p->lock);
-        return;
-    }
-    if (n < 0 && errno == EAGAIN && (!p->exited || p->pty)) {
-        (void)sbx_loop_mod(t->loop, w, EPOLLIN | EPOLLONESHOT);
-        pthread_mutex_unlock(&p->lock);
-        return;
-    }
-    /* EOF; EIO from a pty whose slave is closed; or a drained pipe after exit. */
-    close_out_locked(p, o);
-    finish_locked(p);
+    /* A detached sink still hears of the exit, so that its owner can let go. */
+    if (p->sink)
+        p->sink->exit(data, &ex);
 }
 
 static void drain_expired(struct sbx_timer *timer)
@@ -522,13 +559,13 @@ static void drain_expired(struct sbx_timer *timer)
     struct sbx_proc *p = container_of(timer, struct sbx_proc, drain);
 
     pthread_mutex_lock(&p->lock);
-    if (p->out[0].paused) {
+    if (p->out[0].paused || p->out[0].busy) {
         /* The reader is behind; keep waiting for it rather than dropping output. */
         (void)sbx_timer_arm(timer, PTY_DRAIN_MS);
         pthread_mutex_unlock(&p->lock);
         return;
     }
-    close_out_locked(p, &p->out[0]);
+    close_watch(p, &p->out[0].w);
     finish_locked(p);
 }
 
@@ -557,10 +594,14 @@ static void proc_exited(struct sbx_proc *p, int status)
     close_watch(p, &p->in);
     if (p->pty)
         (void)sbx_timer_arm(&p->drain, PTY_DRAIN_MS);
-    for (int i = 0; i < 2; i++)
-        if (p->out[i].w.fd >= 0 && !p->out[i].paused)
-            kick_locked(p, &p->out[i]);
-    finish_locked(p);
+    /* Drain what is armed now: an empty pipe may never wake epoll again. */
+    for (int i = 0; i < 2; i++) {
+        if (p->out[i].w.fd >= 0 && !p->out[i].paused) {
+            pump_locked(p, &p->out[i], PUMP_BATCH);
+            pthread_mutex_lock(&p->lock);
+        }
+    }
+    maybe_finish_locked(p);
     complete_writes(writes, -EPIPE);
 }
 
