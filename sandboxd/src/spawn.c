@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <pty.h>
 #include <sched.h>
 #include <signal.h>
@@ -25,6 +26,22 @@
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
+
+/* Signals whose disposition is "ignore" in the daemon (gRPC and we ignore SIGPIPE): ignored
+ * dispositions survive exec, so the child resets them. Handlers do not survive exec, and we
+ * install none anyway. Computed once, at the first spawn (after gRPC is initialised). */
+static int ignored[NSIG];
+static int n_ignored;
+static pthread_once_t ignored_once = PTHREAD_ONCE_INIT;
+
+static void find_ignored(void)
+{
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction sa;
+        if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+            ignored[n_ignored++] = sig;
+    }
+}
 
 /* What the child reads, prepared by the parent. */
 struct child_args {
@@ -93,9 +110,8 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigset_t none;
 
-    /* Dispositions set to ignore survive exec (gRPC ignores SIGPIPE); handlers do not. */
-    for (int sig = 1; sig < NSIG; sig++)
-        (void)sigaction(sig, &dfl, NULL);
+    for (int i = 0; i < n_ignored; i++)
+        (void)sigaction(ignored[i], &dfl, NULL);
     sigemptyset(&none);
     if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
         goto fail;
@@ -180,6 +196,7 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
     pid_t pid;
     int r;
 
+    pthread_once(&ignored_once, find_ignored);
     r = make_stdio(s, parent, child, &a.ctty, err);
     if (r < 0)
         goto out;

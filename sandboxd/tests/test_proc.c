@@ -281,6 +281,21 @@ static void test_pty(void)
     sbx_proc_unref(p);
 }
 
+static void test_signals_reset(void)
+{
+    struct seen s;
+    char *argv[] = {"grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status", NULL};
+    struct sbx_proc *p;
+
+    seen_init(&s);
+    p = start(&s, argv, SBX_CREDIT_UNLIMITED, false, false);
+    ok(wait_exit(&s), "exit delivered");
+    s.out[s.out_len] = '\0';
+    ok(strstr(s.out, "SigBlk:\t0000000000000000") && strstr(s.out, "SigIgn:\t0000000000000000"),
+       "child starts with no blocked or ignored signal: %s", s.out);
+    sbx_proc_unref(p);
+}
+
 /* Counts our zombie children (orphans re-parented to us included). */
 static int zombies(void)
 {
@@ -347,6 +362,8 @@ int main(void)
     sbx_loop_add(loop, &sigw, EPOLLIN, &e);
     pthread_create(&th, NULL, run_loop, NULL);
 
+    signal(SIGPIPE, SIG_IGN); /* as gRPC does */
+    test_signals_reset();
     test_echo();
     test_missing();
     test_credit();
