@@ -33,29 +33,31 @@ static void launch_release(struct launch *l)
     sbx_closep(&l->cwd_fd);
 }
 
-static bool overridden(const Process__V1__ProcessConfig *c, const char *entry)
+static bool has_key(const Process__V1__ProcessConfig *c, const char *entry, size_t klen)
 {
-    size_t klen = strcspn(entry, "=");
-
     for (size_t i = 0; i < c->n_env_vars; i++)
         if (strlen(c->env_vars[i]->key) == klen && memcmp(c->env_vars[i]->key, entry, klen) == 0)
             return true;
     return false;
 }
 
-/* The daemon's environment with the request's variables added (they win). */
-static int build_env(struct launch *l, const Process__V1__ProcessConfig *c, struct sbx_error *err)
+/* The daemon's environment with the request's variables added (they win), and PWD set to the
+ * working directory unless the request sets it. */
+static int build_env(struct launch *l, const Process__V1__ProcessConfig *c, const char *pwd,
+                     struct sbx_error *err)
 {
     size_t n = 0, k = 0;
 
     while (environ && environ[n])
         n++;
-    l->envp = calloc(n + c->n_env_vars + 1, sizeof(char *));
+    l->envp = calloc(n + c->n_env_vars + 2, sizeof(char *));
     if (!l->envp)
         return sbx_error_set(err, ENOMEM, "allocate environment");
-    for (size_t i = 0; i < n; i++)
-        if (!overridden(c, environ[i]))
+    for (size_t i = 0; i < n; i++) {
+        size_t klen = strcspn(environ[i], "=");
+        if (!has_key(c, environ[i], klen) && !(klen == 3 && memcmp(environ[i], "PWD", 3) == 0))
             l->envp[k++] = environ[i];
+    }
     l->n_daemon_env = l->n_env = k;
     for (size_t i = 0; i < c->n_env_vars; i++) {
         const Process__V1__ProcessConfig__EnvVarsEntry *e = c->env_vars[i];
@@ -69,12 +71,18 @@ static int build_env(struct launch *l, const Process__V1__ProcessConfig *c, stru
             return sbx_error_set(err, ENOMEM, "allocate environment");
         l->n_env++;
     }
+    if (!has_key(c, "PWD", 3)) {
+        if (asprintf(&l->envp[l->n_env], "PWD=%s", pwd) < 0)
+            return sbx_error_set(err, ENOMEM, "allocate environment");
+        l->n_env++;
+    }
     return 0;
 }
 
 static int build_launch(struct sbx_process_service *svc, const Process__V1__ProcessConfig *c,
                         struct launch *l, struct sbx_error *err)
 {
+    _cleanup_free_ char *rel = NULL, *pwd = NULL;
     const char *cwd;
     int r;
 
@@ -84,15 +92,22 @@ static int build_launch(struct sbx_process_service *svc, const Process__V1__Proc
     if (!l->argv)
         return sbx_error_set(err, ENOMEM, "allocate argv");
     memcpy(l->argv, c->command, c->n_command * sizeof(char *));
-    r = build_env(l, c, err);
-    if (r < 0)
-        return r;
     cwd = c->cwd && c->cwd[0] ? c->cwd : ".";
     r = sbx_path_open(svc->root, cwd, O_PATH | O_DIRECTORY, err);
     if (r < 0)
         return sbx_error_wrap(err, "cwd");
     l->cwd_fd = r;
-    return 0;
+    r = sbx_path_clean(svc->root, cwd, &rel, err);
+    if (r < 0)
+        return r;
+    if (strcmp(rel, ".") == 0)
+        pwd = strdup(svc->root->path);
+    else if (asprintf(&pwd, "%s%s%s", svc->root->path, strcmp(svc->root->path, "/") == 0 ? "" : "/",
+                      rel) < 0)
+        pwd = NULL;
+    if (!pwd)
+        return sbx_error_set(err, ENOMEM, "allocate PWD");
+    return build_env(l, c, pwd, err);
 }
 
 /* Status and message for a failed start, worded like the reference daemon. */
