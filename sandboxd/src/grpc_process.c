@@ -11,6 +11,7 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "metrics.h"
 #include "process/v1/process.pb-c.h"
 
 extern char **environ;
@@ -171,6 +172,7 @@ static void pcall_send(struct pcall *c, const ProtobufCMessage *m, bool initial,
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->bb;
     if (final) {
+        sbx_metrics_request(SBX_METRIC_GRPC, GRPC_STATUS_OK);
         c->details = grpc_empty_slice();
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
         ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
@@ -219,6 +221,7 @@ static void stream_output(void *data, enum sbx_stream s, const uint8_t *buf, siz
     /* stdout and stderr share the union's storage. */
     m.stdout.data = (uint8_t *)buf;
     m.stdout.len = len;
+    sbx_metrics_bytes_out(len);
     pcall_send(c, &m.base, false, false);
 }
 
@@ -452,6 +455,8 @@ static void handle_write_stdin(struct sbx_grpc_req *req)
         rc = sbx_proc_close_stdin(p, stdin_written, s, &e);
     else
         rc = sbx_proc_write(p, r->input.data, r->input.len, stdin_written, s, &e);
+    if (rc == 0 && r->payload_case == PROCESS__V1__WRITE_STDIN_REQUEST__PAYLOAD_INPUT)
+        sbx_metrics_bytes_in(r->input.len);
     sbx_proc_unref(p);
     if (rc < 0) {
         snprintf(msg, sizeof(msg), "failed to write stdin: %s", e.msg);

@@ -10,6 +10,7 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "metrics.h"
 
 #define MAX_METHODS 32
 #define MAX_THREADS 8
@@ -162,6 +163,7 @@ void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grp
         sbx_grpc_req_free(req);
         return;
     }
+    sbx_metrics_request(SBX_METRIC_GRPC, (int)code);
     r->tag.fn = reply_done;
     r->req = req;
     r->details = grpc_slice_from_copied_string(details ? details : "");

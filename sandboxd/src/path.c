@@ -112,24 +112,35 @@ int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **re
     return 0;
 }
 
-/* After following an absolute symlink, checks where the fd really is: race-free, since the fd
- * no longer depends on the path. Needs /proc; without it the escape check fails closed. */
-static int verify_under_root(const struct sbx_root *root, int fd)
+int sbx_path_rel_of_fd(const struct sbx_root *root, int fd, char **ret, struct sbx_error *err)
 {
     char link[64], target[PATH_MAX];
     size_t n = strlen(root->path);
+    const char *rel;
     ssize_t len;
 
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     len = readlink(link, target, sizeof(target) - 1);
     if (len < 0)
-        return -EXDEV;
+        return sbx_error_set(err, EXDEV, "cannot tell where fd %d is", fd);
     target[len] = '\0';
     if (strcmp(root->path, "/") == 0)
-        return 0;
-    if (strncmp(target, root->path, n) == 0 && (target[n] == '/' || target[n] == '\0'))
-        return 0;
-    return -EXDEV;
+        rel = target + 1;
+    else if (strncmp(target, root->path, n) == 0 && (target[n] == '/' || target[n] == '\0'))
+        rel = target[n] ? target + n + 1 : target + n;
+    else
+        return sbx_error_set(err, EXDEV, "path escapes sandbox root");
+    *ret = strdup(*rel ? rel : ".");
+    return *ret ? 0 : sbx_error_set(err, ENOMEM, "allocate path");
+}
+
+/* After following an absolute symlink, checks where the fd really is: race-free, since the fd
+ * no longer depends on the path. Needs /proc; without it the escape check fails closed. */
+static int verify_under_root(const struct sbx_root *root, int fd)
+{
+    _cleanup_free_ char *rel = NULL;
+
+    return sbx_path_rel_of_fd(root, fd, &rel, NULL);
 }
 
 int sbx_path_open(const struct sbx_root *root, const char *user_path, int flags,

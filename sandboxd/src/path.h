@@ -20,6 +20,10 @@ void sbx_root_release(struct sbx_root *root);
 int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **ret,
                    struct sbx_error *err);
 
+/* The path of an fd relative to the root ("." for the root itself); -EXDEV if it is not beneath
+ * it. Needs /proc. *ret is malloc'ed. */
+int sbx_path_rel_of_fd(const struct sbx_root *root, int fd, char **ret, struct sbx_error *err);
+
 /* Opens user_path beneath the root with open flags (O_CLOEXEC is added). Symlinks are followed
  * as long as every step stays under the root. Returns an fd or -errno (-EXDEV: escape). */
 int sbx_path_open(const struct sbx_root *root, const char *user_path, int flags,

@@ -9,9 +9,11 @@
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "metrics.h"
 #include "spawn.h"
 
 #define NBUCKETS 1024
@@ -322,6 +324,7 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
 {
     _cleanup_free_ char *path = NULL;
     struct sbx_spawned sp;
+    struct timespec t0, t1;
     struct sbx_spawn s = {.argv = o->argv,
                           .envp = o->envp,
                           .cwd_fd = o->cwd_fd,
@@ -347,6 +350,7 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
             goto fail;
     }
 
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_rwlock_rdlock(&t->reap_lock);
     r = sbx_spawn_run(&s, &sp, err);
     if (r < 0) {
@@ -366,6 +370,9 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
         sbx_proc_detach(p);
         goto fail;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    sbx_metrics_process_started((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+                                (uint64_t)(t1.tv_nsec - t0.tv_nsec));
     if (o->credit != 0)
         sbx_proc_ack(p);
     *ret = p;
@@ -587,6 +594,7 @@ static void proc_exited(struct sbx_proc *p, int status)
 {
     struct wreq *writes;
 
+    sbx_metrics_process_exited();
     pthread_mutex_lock(&p->lock);
     p->exited = true;
     fill_exit(&p->ex, status);

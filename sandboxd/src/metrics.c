@@ -1,0 +1,143 @@
+#define _GNU_SOURCE
+#include "metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cleanup.h"
+
+#define GRPC_CODES 17
+#define HTTP_CODES 600
+
+/* Upper bounds of the spawn latency histogram, in seconds. */
+static const double buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1};
+
+static struct {
+    uint64_t grpc[GRPC_CODES];
+    uint64_t http[HTTP_CODES];
+    uint64_t bytes_in, bytes_out;
+    uint64_t started, exited;
+    uint64_t spawn_buckets[SBX_ARRAY_SIZE(buckets)];
+    uint64_t spawn_count, spawn_ns_sum;
+} m;
+
+static const char *const grpc_names[GRPC_CODES] = {
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+};
+
+static void add(uint64_t *c, uint64_t n)
+{
+    __atomic_add_fetch(c, n, __ATOMIC_RELAXED);
+}
+
+static uint64_t get(const uint64_t *c)
+{
+    return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+void sbx_metrics_request(enum sbx_metric_kind kind, int code)
+{
+    if (kind == SBX_METRIC_GRPC && code >= 0 && code < GRPC_CODES)
+        add(&m.grpc[code], 1);
+    else if (kind == SBX_METRIC_HTTP && code >= 100 && code < HTTP_CODES)
+        add(&m.http[code], 1);
+}
+
+void sbx_metrics_bytes_in(uint64_t n)
+{
+    add(&m.bytes_in, n);
+}
+
+void sbx_metrics_bytes_out(uint64_t n)
+{
+    add(&m.bytes_out, n);
+}
+
+void sbx_metrics_process_started(uint64_t spawn_ns)
+{
+    add(&m.started, 1);
+    add(&m.spawn_count, 1);
+    add(&m.spawn_ns_sum, spawn_ns);
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(buckets); i++)
+        if ((double)spawn_ns / 1e9 <= buckets[i])
+            add(&m.spawn_buckets[i], 1);
+}
+
+void sbx_metrics_process_exited(void)
+{
+    add(&m.exited, 1);
+}
+
+char *sbx_metrics_render(size_t *len)
+{
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&buf, &size);
+    uint64_t started = get(&m.started), exited = get(&m.exited);
+
+    if (!f)
+        return NULL;
+    fprintf(f,
+            "# HELP sandboxd_processes_started_total Processes started.\n"
+            "# TYPE sandboxd_processes_started_total counter\n"
+            "sandboxd_processes_started_total %llu\n",
+            (unsigned long long)started);
+    fprintf(f,
+            "# HELP sandboxd_processes_running Processes started and not yet exited.\n"
+            "# TYPE sandboxd_processes_running gauge\n"
+            "sandboxd_processes_running %llu\n",
+            (unsigned long long)(started > exited ? started - exited : 0));
+    fprintf(f, "# HELP sandboxd_grpc_requests_total gRPC calls by status code.\n"
+               "# TYPE sandboxd_grpc_requests_total counter\n");
+    for (int i = 0; i < GRPC_CODES; i++)
+        if (get(&m.grpc[i]))
+            fprintf(f, "sandboxd_grpc_requests_total{code=\"%s\"} %llu\n", grpc_names[i],
+                    (unsigned long long)get(&m.grpc[i]));
+    fprintf(f, "# HELP sandboxd_http_requests_total HTTP requests by status code.\n"
+               "# TYPE sandboxd_http_requests_total counter\n");
+    for (int i = 100; i < HTTP_CODES; i++)
+        if (get(&m.http[i]))
+            fprintf(f, "sandboxd_http_requests_total{code=\"%d\"} %llu\n", i,
+                    (unsigned long long)get(&m.http[i]));
+    fprintf(f,
+            "# HELP sandboxd_bytes_received_total Payload bytes received (uploads, stdin).\n"
+            "# TYPE sandboxd_bytes_received_total counter\n"
+            "sandboxd_bytes_received_total %llu\n"
+            "# HELP sandboxd_bytes_sent_total Payload bytes sent (downloads, output).\n"
+            "# TYPE sandboxd_bytes_sent_total counter\n"
+            "sandboxd_bytes_sent_total %llu\n",
+            (unsigned long long)get(&m.bytes_in), (unsigned long long)get(&m.bytes_out));
+    fprintf(f, "# HELP sandboxd_spawn_duration_seconds Time to spawn a process (clone to exec).\n"
+               "# TYPE sandboxd_spawn_duration_seconds histogram\n");
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(buckets); i++)
+        fprintf(f, "sandboxd_spawn_duration_seconds_bucket{le=\"%g\"} %llu\n", buckets[i],
+                (unsigned long long)get(&m.spawn_buckets[i]));
+    fprintf(f,
+            "sandboxd_spawn_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+            "sandboxd_spawn_duration_seconds_sum %.9f\n"
+            "sandboxd_spawn_duration_seconds_count %llu\n",
+            (unsigned long long)get(&m.spawn_count), (double)get(&m.spawn_ns_sum) / 1e9,
+            (unsigned long long)get(&m.spawn_count));
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    *len = size;
+    return buf;
+}

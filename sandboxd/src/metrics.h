@@ -1,0 +1,22 @@
+/* Counters for the Prometheus endpoint: plain atomics, bumped by the core and the adapters,
+ * rendered as text by sbx_metrics_render. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum sbx_metric_kind {
+    SBX_METRIC_GRPC = 0,
+    SBX_METRIC_HTTP = 1,
+};
+
+/* Counts a finished gRPC call (status code 0..16) or HTTP request (status 100..599). */
+void sbx_metrics_request(enum sbx_metric_kind kind, int code);
+void sbx_metrics_bytes_in(uint64_t n);
+void sbx_metrics_bytes_out(uint64_t n);
+/* A process started, after spawn_ns nanoseconds of spawning; one exited. */
+void sbx_metrics_process_started(uint64_t spawn_ns);
+void sbx_metrics_process_exited(void);
+
+/* Renders every metric in the Prometheus text format into a malloc'ed string. */
+char *sbx_metrics_render(size_t *len);
