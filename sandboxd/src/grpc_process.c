@@ -80,6 +80,18 @@ static int build_env(struct launch *l, const Process__V1__ProcessConfig *c, cons
     return 0;
 }
 
+static bool config_utf8_valid(const Process__V1__ProcessConfig *c)
+{
+    for (size_t i = 0; i < c->n_command; i++)
+        if (!sbx_grpc_utf8_valid(c->command[i]))
+            return false;
+    for (size_t i = 0; i < c->n_env_vars; i++)
+        if (!sbx_grpc_utf8_valid(c->env_vars[i]->key) ||
+            !sbx_grpc_utf8_valid(c->env_vars[i]->value))
+            return false;
+    return !c->cwd || sbx_grpc_utf8_valid(c->cwd);
+}
+
 static int build_launch(struct sbx_process_service *svc, const Process__V1__ProcessConfig *c,
                         struct launch *l, struct sbx_error *err)
 {
@@ -89,6 +101,8 @@ static int build_launch(struct sbx_process_service *svc, const Process__V1__Proc
 
     if (!c || c->n_command == 0)
         return sbx_error_set(err, EINVAL, "command is required");
+    if (!config_utf8_valid(c))
+        return sbx_error_set(err, EINVAL, "string field contains invalid UTF-8");
     l->argv = calloc(c->n_command + 1, sizeof(char *));
     if (!l->argv)
         return sbx_error_set(err, ENOMEM, "allocate argv");
@@ -122,7 +136,7 @@ static void reply_start_error(struct sbx_grpc_req *req, int r, const struct sbx_
         snprintf(msg, sizeof(msg), "%s: command or path not found: %s", what, e->msg);
     else if (code == GRPC_STATUS_PERMISSION_DENIED && r != -EXDEV)
         snprintf(msg, sizeof(msg), "%s: permission denied: %s", what, e->msg);
-    else if (r == -EINVAL || r == -EXDEV || r == -ENOTDIR)
+    else if (r == -EINVAL || r == -EXDEV)
         snprintf(msg, sizeof(msg), "%s", e->msg);
     else
         snprintf(msg, sizeof(msg), "%s: %s", what, e->msg);
@@ -316,7 +330,8 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     }
     r = build_launch(svc, config, &l, &e);
     if (r < 0) {
-        reply_start_error(req, r, &e, "failed to start command");
+        reply_start_error(req, r, &e,
+                          execute ? "failed to execute command" : "failed to start command");
         launch_release(&l);
         return;
     }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <grpc/grpc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -17,11 +19,13 @@
 #include "grpc_process.h"
 #include "grpc_reflection.h"
 #include "grpc_server.h"
+#include "http_server.h"
 #include "log.h"
 #include "loop.h"
 #include "parse.h"
 #include "path.h"
 #include "proc.h"
+#include "spawn.h"
 
 #ifndef SANDBOXD_VERSION
 #define SANDBOXD_VERSION "dev"
@@ -40,21 +44,27 @@ static const char *arg_metadata_env_prefix = "SANDBOX_";
 static uint64_t arg_shutdown_timeout_ms = 10000;
 static uint64_t arg_termination_grace_ms = 5000;
 static uint64_t arg_http_idle_timeout_ms = 60000;
+static uint64_t arg_exit_drain_timeout_ms = 1000;
 static long long arg_stream_chunk_size = 4096;
 static long long arg_max_message_bytes = 4 << 20;
 static long long arg_max_output_bytes = 16 << 20;
 static long long arg_grpc_threads = 2;
+static long long arg_http_threads = 4;
+static long long arg_http_max_connections = 2048;
+static long long arg_max_upload_bytes = 16LL << 30;
 
 /* Everything the loop's callbacks reach. */
 static struct {
     struct sbx_loop *loop;
     struct sbx_proctab *procs;
     struct sbx_grpc *grpc;
+    struct sbx_http *http;
     struct sbx_health *health;
     struct sbx_process_service process;
     struct sbx_watch signals;
     struct sbx_timer kill_timer, deadline_timer;
     bool draining;
+    bool idle; /* draining, and no process is left */
 } d;
 
 static int opt_string(const char *v, void *dst)
@@ -81,6 +91,16 @@ static int opt_size(const char *v, void *dst)
 static int opt_threads(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 8, dst);
+}
+
+static int opt_bytes(const char *v, void *dst)
+{
+    return sbx_parse_int(v, 0, 1LL << 50, dst);
+}
+
+static int opt_connections(const char *v, void *dst)
+{
+    return sbx_parse_int(v, 1, 1 << 20, dst);
 }
 
 static int opt_log_level(const char *v, void *dst)
@@ -115,6 +135,8 @@ static const struct option_def {
     {"shutdown-timeout", opt_duration, &arg_shutdown_timeout_ms, "drain time on SIGTERM (10s)"},
     {"termination-grace", opt_duration, &arg_termination_grace_ms,
      "SIGTERM to SIGKILL of children on shutdown (5s)"},
+    {"exit-drain-timeout", opt_duration, &arg_exit_drain_timeout_ms,
+     "output awaited after a process exits while its pipes stay open (1s)"},
     {"http-idle-timeout", opt_duration, &arg_http_idle_timeout_ms, "idle keep-alive timeout (60s)"},
     {"stream-chunk-size", opt_size, &arg_stream_chunk_size,
      "largest output chunk streamed by Start (4096)"},
@@ -122,6 +144,11 @@ static const struct option_def {
     {"max-output-bytes", opt_size, &arg_max_output_bytes,
      "output kept per stream by Execute (16777216)"},
     {"grpc-threads", opt_threads, &arg_grpc_threads, "completion-queue threads (2)"},
+    {"http-threads", opt_threads, &arg_http_threads, "HTTP threads (4)"},
+    {"http-max-connections", opt_connections, &arg_http_max_connections,
+     "HTTP connections at once (2048)"},
+    {"max-upload-bytes", opt_bytes, &arg_max_upload_bytes,
+     "largest upload, 0 for no limit (16 GiB)"},
     {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", opt_log_format, NULL, "text or json (text)"},
 };
@@ -188,7 +215,8 @@ static void grpc_shut_down(void *arg)
 static void procs_empty(void *arg)
 {
     (void)arg;
-    if (d.draining) {
+    if (d.draining && !d.idle && sbx_proctab_busy(d.procs) == 0) {
+        d.idle = true;
         log_info("all processes have exited");
         sbx_timer_arm(&d.kill_timer, 0);
         sbx_health_end_watches(d.health);
@@ -221,6 +249,8 @@ static void begin_drain(int sig)
     log_info("received %s: draining", strsignal(sig));
     __atomic_store_n(&d.process.draining, true, __ATOMIC_RELEASE);
     sbx_health_set_serving(d.health, false);
+    if (d.http)
+        sbx_http_set_draining(d.http);
     n = sbx_proctab_signal_all(d.procs, SIGTERM);
     if (n > 0)
         log_info("sent SIGTERM to %d process groups", n);
@@ -229,8 +259,7 @@ static void begin_drain(int sig)
     sbx_timer_arm(&d.kill_timer, grace ? grace : 1);
     sbx_timer_arm(&d.deadline_timer, arg_shutdown_timeout_ms ? arg_shutdown_timeout_ms : 1);
     sbx_grpc_shutdown(d.grpc, grpc_shut_down, NULL);
-    if (sbx_proctab_count(d.procs) == 0)
-        procs_empty(NULL);
+    procs_empty(NULL);
 }
 
 static void on_signal(struct sbx_watch *w, uint32_t events)
@@ -242,6 +271,8 @@ static void on_signal(struct sbx_watch *w, uint32_t events)
         switch (si.ssi_signo) {
         case SIGCHLD:
             sbx_proctab_reap(d.procs);
+            if (d.draining)
+                procs_empty(NULL);
             break;
         case SIGTERM:
         case SIGINT:
@@ -282,6 +313,72 @@ static void ensure_stdio(void)
             (void)open("/dev/null", O_RDWR);
 }
 
+/* Liveness: the loop runs a task posted to it within a second. */
+static pthread_mutex_t ping_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ping_cond = PTHREAD_COND_INITIALIZER;
+static uint64_t ping_done;
+
+static void pong(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&ping_lock);
+    ping_done++;
+    pthread_cond_broadcast(&ping_cond);
+    pthread_mutex_unlock(&ping_lock);
+}
+
+static bool loop_alive(void *arg)
+{
+    struct timespec ts;
+    uint64_t before;
+    bool ok;
+
+    (void)arg;
+    pthread_mutex_lock(&ping_lock);
+    before = ping_done;
+    if (sbx_loop_post(d.loop, pong, NULL) < 0) {
+        pthread_mutex_unlock(&ping_lock);
+        return false;
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    while (ping_done == before)
+        if (pthread_cond_timedwait(&ping_cond, &ping_lock, &ts) != 0)
+            break;
+    ok = ping_done != before;
+    pthread_mutex_unlock(&ping_lock);
+    return ok;
+}
+
+/* Readiness: every listener is bound (we serve HTTP only after gRPC) and a child can be made. */
+static bool ready(void *arg)
+{
+    (void)arg;
+    return !d.draining && sbx_spawn_probe() == 0;
+}
+
+static int start_http(const struct sbx_root *root, struct sbx_error *err)
+{
+    struct sbx_http_opts o = {
+        .host = arg_listen_host,
+        .port = (int)arg_rest_port,
+        .idle_timeout_s = (unsigned)((arg_http_idle_timeout_ms + 999) / 1000),
+        .threads = (unsigned)arg_http_threads,
+        .max_connections = (unsigned)arg_http_max_connections,
+        .max_upload_bytes = (uint64_t)arg_max_upload_bytes,
+        .root = root,
+        .metadata_prefix = arg_metadata_env_prefix,
+        .ready = ready,
+        .alive = loop_alive,
+    };
+    int port = sbx_http_start(&d.http, &o, err);
+
+    if (port < 0)
+        return port;
+    log_info("rest listening on %s port %d", arg_listen_host, port);
+    return 0;
+}
+
 static int listen_all(struct sbx_error *err)
 {
     char addr[512];
@@ -309,6 +406,7 @@ static int listen_all(struct sbx_error *err)
 static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx_error *err)
 {
     struct sbx_proctab_opts po = {.chunk_size = (size_t)arg_stream_chunk_size,
+                                  .exit_drain_ms = arg_exit_drain_timeout_ms,
                                   .on_empty = procs_empty};
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,
@@ -332,7 +430,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
         (r = sbx_grpc_process_register(d.grpc, &d.process, err)) < 0 ||
         (r = sbx_grpc_health_register(d.grpc, d.health, err)) < 0 ||
         (r = sbx_grpc_reflection_register(d.grpc, *refl, err)) < 0 || (r = listen_all(err)) < 0 ||
-        (r = sbx_grpc_start(d.grpc, err)) < 0)
+        (r = sbx_grpc_start(d.grpc, err)) < 0 || (r = start_http(root, err)) < 0)
         return r;
     return 0;
 }
@@ -360,6 +458,7 @@ int main(int argc, char **argv)
     }
     if (r < 0)
         log_error(err.code, "%s", err.msg);
+    sbx_http_stop(d.http);
     if (d.grpc) {
         sbx_grpc_shutdown(d.grpc, grpc_shut_down, NULL);
         sbx_grpc_cancel_all(d.grpc);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,28 +62,12 @@ void sbx_root_release(struct sbx_root *root)
     root->path = NULL;
 }
 
-/* Strips the root prefix from an absolute path under it; returns what remains to resolve. */
-static const char *strip_root(const struct sbx_root *root, const char *p)
+/* Cleans p lexically into out (which has room for strlen(p) + 2): no empty, "." or ".."
+ * components. ".." above the top is dropped when absolute (as for "/.."), an error when not. */
+static int clean_components(const char *p, bool absolute, char *out, size_t *len)
 {
-    size_t n = strlen(root->path);
-
-    if (strcmp(root->path, "/") == 0)
-        return p;
-    if (strncmp(p, root->path, n) == 0 && (p[n] == '/' || p[n] == '\0'))
-        return p + n;
-    return p;
-}
-
-int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **ret,
-                   struct sbx_error *err)
-{
-    size_t len = strlen(user_path);
-    _cleanup_free_ char *out = malloc(len + 2);
-    const char *p = strip_root(root, user_path);
     size_t o = 0;
 
-    if (!out)
-        return sbx_error_set(err, ENOMEM, "allocate path");
     while (*p) {
         const char *end = strchrnul(p, '/');
         size_t n = (size_t)(end - p);
@@ -90,9 +75,8 @@ int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **re
         if (n == 0 || (n == 1 && p[0] == '.')) {
             /* empty or "." component */
         } else if (n == 2 && p[0] == '.' && p[1] == '.') {
-            if (o == 0)
-                return sbx_error_set(
-                    err, EXDEV, "access denied: path \"%s\": path escapes sandbox root", user_path);
+            if (o == 0 && !absolute)
+                return -EXDEV;
             while (o > 0 && out[o - 1] != '/')
                 o--;
             if (o > 0)
@@ -105,11 +89,36 @@ int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **re
         }
         p = *end ? end + 1 : end;
     }
-    if (o == 0)
-        out[o++] = '.';
     out[o] = '\0';
-    *ret = TAKE_PTR(out);
+    *len = o;
     return 0;
+}
+
+int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **ret,
+                   struct sbx_error *err)
+{
+    size_t len = strlen(user_path), n;
+    _cleanup_free_ char *out = malloc(len + 2);
+    bool absolute = user_path[0] == '/';
+    const char *rel;
+
+    if (!out)
+        return sbx_error_set(err, ENOMEM, "allocate path");
+    if (clean_components(user_path, absolute, out, &n) < 0)
+        return sbx_error_set(err, EXDEV, "access denied: path \"%s\": path escapes sandbox root",
+                             user_path);
+    rel = out;
+    if (absolute && strcmp(root->path, "/") != 0) {
+        /* An absolute path under the root loses that prefix; any other is taken as relative to
+         * the root, like the reference daemon does. */
+        size_t rn = strlen(root->path + 1);
+        if (strncmp(out, root->path + 1, rn) == 0 && (out[rn] == '/' || out[rn] == '\0'))
+            rel = out[rn] ? out + rn + 1 : out + rn;
+    }
+    if (!*rel)
+        rel = ".";
+    *ret = strdup(rel);
+    return *ret ? 0 : sbx_error_set(err, ENOMEM, "allocate path");
 }
 
 int sbx_path_rel_of_fd(const struct sbx_root *root, int fd, char **ret, struct sbx_error *err)

@@ -1,9 +1,11 @@
 #define _GNU_SOURCE
 #include "proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -17,9 +19,12 @@
 #include "spawn.h"
 
 #define NBUCKETS 1024
-/* How long a pty's output is awaited after its process exited (the tty layer delivers
- * asynchronously, and a background job may hold the slave open forever). */
-#define PTY_DRAIN_MS 1000
+
+static void dir_closep(DIR **d)
+{
+    if (*d)
+        closedir(*d);
+}
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
@@ -60,7 +65,8 @@ struct sbx_proc {
     struct sbx_exit ex;
     const struct sbx_proc_sink *sink;
     void *sink_data;
-    struct sbx_timer drain; /* pty only */
+    struct sbx_timer drain; /* armed at the exit while output fds are still open */
+    bool drain_expired;     /* from now on an empty fd counts as closed */
 };
 
 struct sbx_proctab {
@@ -344,11 +350,6 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     p = proc_alloc(t, o, sink, sink_data);
     if (!p)
         return sbx_error_set(err, ENOMEM, "allocate process");
-    if (o->pty) {
-        r = sbx_timer_init(&p->drain, t->loop, drain_expired, err);
-        if (r < 0)
-            goto fail;
-    }
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_rwlock_rdlock(&t->reap_lock);
@@ -427,11 +428,11 @@ static void pump_task(void *arg)
     sbx_proc_unref(p);
 }
 
-/* Lets other fds have the loop: re-arms o, or, after the exit (when an empty pipe may never
- * wake epoll again), queues another pump. */
+/* Lets other fds have the loop: re-arms o, or, once the drain expired (when an empty pipe may
+ * never wake epoll again), queues another pump. */
 static void yield_locked(struct sbx_proc *p, struct out *o)
 {
-    if (p->exited && !p->pty) {
+    if (p->drain_expired) {
         if (sbx_loop_post(p->t->loop, pump_task, o) == 0)
             proc_ref(p);
         return;
@@ -480,14 +481,14 @@ static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
             pthread_mutex_lock(&p->lock);
             continue;
         }
-        if (n < 0 && errno == EAGAIN && !(p->exited && !p->pty)) {
+        if (n < 0 && errno == EAGAIN && !p->drain_expired) {
             if (o->again)
                 continue;
             (void)sbx_loop_mod(p->t->loop, &o->w, EPOLLIN | EPOLLONESHOT);
             break;
         }
-        /* EOF; EIO from a pty whose slave is closed; or a pipe drained after the exit (a
-         * background job may hold its write end forever). */
+        /* EOF; EIO from a pty whose slave is closed; or nothing left once the drain after the
+         * exit expired (a background job may hold the write end forever). */
         close_watch(p, &o->w);
     }
     o->busy = false;
@@ -561,19 +562,27 @@ static void finish_locked(struct sbx_proc *p)
         p->sink->exit(data, &ex);
 }
 
+/* The drain after the exit is over: each fd is read until empty, then closed. A paused one is
+ * left to its reader (output from before the exit is never dropped); a busy one re-checks. */
+static void expire_drain(struct sbx_proc *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->drain_expired = true;
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&p->lock);
+        if (p->out[i].w.fd >= 0 && !p->out[i].paused)
+            pump_locked(p, &p->out[i], PUMP_BATCH);
+        else
+            pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_lock(&p->lock);
+    maybe_finish_locked(p);
+}
+
 static void drain_expired(struct sbx_timer *timer)
 {
-    struct sbx_proc *p = container_of(timer, struct sbx_proc, drain);
-
-    pthread_mutex_lock(&p->lock);
-    if (p->out[0].paused || p->out[0].busy) {
-        /* The reader is behind; keep waiting for it rather than dropping output. */
-        (void)sbx_timer_arm(timer, PTY_DRAIN_MS);
-        pthread_mutex_unlock(&p->lock);
-        return;
-    }
-    close_watch(p, &p->out[0].w);
-    finish_locked(p);
+    expire_drain(container_of(timer, struct sbx_proc, drain));
 }
 
 static void fill_exit(struct sbx_exit *ex, int status)
@@ -593,6 +602,7 @@ static void fill_exit(struct sbx_exit *ex, int status)
 static void proc_exited(struct sbx_proc *p, int status)
 {
     struct wreq *writes;
+    bool open;
 
     sbx_metrics_process_exited();
     pthread_mutex_lock(&p->lock);
@@ -600,16 +610,22 @@ static void proc_exited(struct sbx_proc *p, int status)
     fill_exit(&p->ex, status);
     writes = take_writes_locked(p);
     close_watch(p, &p->in);
-    if (p->pty)
-        (void)sbx_timer_arm(&p->drain, PTY_DRAIN_MS);
-    /* Drain what is armed now: an empty pipe may never wake epoll again. */
+    /* Read what is there now: usually the pipes are at EOF already. */
     for (int i = 0; i < 2; i++) {
         if (p->out[i].w.fd >= 0 && !p->out[i].paused) {
             pump_locked(p, &p->out[i], PUMP_BATCH);
             pthread_mutex_lock(&p->lock);
         }
     }
+    open = p->out[0].w.fd >= 0 || p->out[1].w.fd >= 0;
+    if (open && p->t->opts.exit_drain_ms &&
+        sbx_timer_init(&p->drain, p->t->loop, drain_expired, NULL) == 0) {
+        (void)sbx_timer_arm(&p->drain, p->t->opts.exit_drain_ms);
+        open = false;
+    }
     maybe_finish_locked(p);
+    if (open)
+        expire_drain(p);
     complete_writes(writes, -EPIPE);
 }
 
@@ -633,6 +649,43 @@ void sbx_proctab_reap(struct sbx_proctab *t)
     }
 }
 
+/* Calls fn on each of our children, orphans re-parented to us included (we are PID 1 or a
+ * subreaper). Returns how many, or -errno without /proc. */
+static int for_each_child(void (*fn)(pid_t pid, int sig), int sig)
+{
+    _cleanup_(dir_closep) DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    int n = 0;
+
+    if (!d)
+        return -errno;
+    while ((de = readdir(d))) {
+        char path[64];
+        _cleanup_fclose_ FILE *f = NULL;
+        long pid;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%.16s/children", de->d_name);
+        f = fopen(path, "re");
+        while (f && fscanf(f, "%ld", &pid) == 1) {
+            if (fn)
+                fn((pid_t)pid, sig);
+            n++;
+        }
+    }
+    return n;
+}
+
+static void signal_child(pid_t pid, int sig)
+{
+    pid_t pgid = getpgid(pid);
+
+    (void)kill(pid, sig);
+    if (pgid > 0 && pgid != getpgrp())
+        (void)kill(-pgid, sig);
+}
+
 int sbx_proctab_signal_all(struct sbx_proctab *t, int sig)
 {
     int n = 0;
@@ -643,7 +696,16 @@ int sbx_proctab_signal_all(struct sbx_proctab *t, int sig)
             if (kill(-p->pid, sig) == 0)
                 n++;
     pthread_mutex_unlock(&t->lock);
+    /* Members of those groups whose leader is gone, and other orphans. */
+    (void)for_each_child(signal_child, sig);
     return n;
+}
+
+size_t sbx_proctab_busy(struct sbx_proctab *t)
+{
+    int children = for_each_child(NULL, 0);
+
+    return sbx_proctab_count(t) + (children > 0 ? (size_t)children : 0);
 }
 
 int sbx_proc_signal(struct sbx_proc *p, int sig, struct sbx_error *err)

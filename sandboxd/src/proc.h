@@ -48,6 +48,9 @@ struct sbx_proc_opts {
 
 struct sbx_proctab_opts {
     size_t chunk_size; /* largest output chunk */
+    /* Output awaited after an exit while a pipe stays open: a background job may write a little
+     * more and close its copy (or hold it forever), and a tty delivers asynchronously. */
+    uint64_t exit_drain_ms;
     /* Runs on the loop thread whenever the last process leaves the table. */
     void (*on_empty)(void *arg);
     void *on_empty_arg;
@@ -61,8 +64,13 @@ void sbx_proctab_free(struct sbx_proctab *t);
  * did not start (orphans re-parented to us) are reaped and dropped. */
 void sbx_proctab_reap(struct sbx_proctab *t);
 
-/* Sends sig to the process group of every running process; returns how many were signalled. */
+/* Sends sig to the process group of every process in the table, and to each of our other
+ * children and its group; returns how many table processes were signalled. */
 int sbx_proctab_signal_all(struct sbx_proctab *t, int sig);
+
+/* Processes in the table plus our children outside it (orphans re-parented to us): what a
+ * shutdown waits for. */
+size_t sbx_proctab_busy(struct sbx_proctab *t);
 
 /* Number of processes in the table (running, or exited and not yet delivered). */
 size_t sbx_proctab_count(struct sbx_proctab *t);

@@ -229,3 +229,25 @@ out:
     close_all(child, 3);
     return r;
 }
+
+__attribute__((no_sanitize("address", "undefined"))) static int probe_main(void *arg)
+{
+    (void)arg;
+    _exit(0);
+}
+
+int sbx_spawn_probe(void)
+{
+    void *stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    pid_t pid;
+    int r;
+
+    if (stack == MAP_FAILED)
+        return -errno;
+    pid =
+        clone(probe_main, (char *)stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+    r = pid < 0 ? -errno : 0;
+    munmap(stack, CHILD_STACK_SIZE);
+    return r;
+}

@@ -34,3 +34,7 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
 /* Finds name in the colon-separated search path (a default one when NULL), as execvp does.
  * A name containing '/' is returned as is. *ret is malloc'ed. Returns 0, -ENOENT or -EACCES. */
 int sbx_spawn_lookup(const char *name, const char *search_path, char **ret, struct sbx_error *err);
+
+/* Checks that a child can be created right now (pids, memory): clones one that exits at once,
+ * left for the reaper. Returns 0 or -errno. */
+int sbx_spawn_probe(void);

@@ -56,6 +56,9 @@ int main(void)
     snprintf(buf, sizeof(buf), "%s/sub", root.path);
     clean(buf, 0, "sub");
     clean("/etc", 0, "etc"); /* like the reference: joined under the root */
+    clean("/..", 0, ".");    /* absolute: cleaned as such, like Go's filepath.Clean */
+    clean("/../sub", 0, "sub");
+    clean("/a/../../b", 0, "b");
     clean("..", -EXDEV, NULL);
     clean("sub/../../x", -EXDEV, NULL);
 

@@ -258,6 +258,23 @@ static void test_background_holder(void)
     sbx_proc_unref(p);
 }
 
+static void test_late_output(void)
+{
+    struct seen s;
+    char *argv[] = {"sh", "-c", "echo early; (sleep 0.2; echo late) & exit 0", NULL};
+    struct sbx_proc *p;
+
+    seen_init(&s);
+    p = start(&s, argv, SBX_CREDIT_UNLIMITED, false, false);
+    ok(wait_exit(&s), "exit delivered");
+    s.out[s.out_len] = '\0';
+    ok(strcmp(s.out, "early\nlate\n") == 0,
+       "output of a background job shortly after the exit "
+       "kept: \"%s\"",
+       s.out);
+    sbx_proc_unref(p);
+}
+
 static void test_pty(void)
 {
     struct seen s;
@@ -346,7 +363,7 @@ static void test_orphans(void)
 
 int main(void)
 {
-    struct sbx_proctab_opts po = {.chunk_size = 4096};
+    struct sbx_proctab_opts po = {.chunk_size = 4096, .exit_drain_ms = 1000};
     struct sbx_error e = {0};
     sigset_t set;
     pthread_t th;
@@ -371,6 +388,7 @@ int main(void)
     test_anonymous_stdin();
     test_signal_group();
     test_background_holder();
+    test_late_output();
     test_pty();
     test_orphans();
 

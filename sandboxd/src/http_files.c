@@ -1,0 +1,508 @@
+/* The REST files API: GET/HEAD/PUT/DELETE /v1/files/{path} (files, directory listings, tar
+ * archives), GET /v1/stat/{path}, PUT /v1/dirs/{path}, POST /v1/move. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "http_internal.h"
+#include "metrics.h"
+#include "tar.h"
+
+#define MAX_JSON_BODY (64 * 1024)
+#define TAR_BLOCK     (64 * 1024)
+
+static const char *const not_found = "path does not exist within the sandbox";
+
+static enum MHD_Result respond_fs_error(struct hctx *c, int r, struct sbx_error *e)
+{
+    if (r == -ENOENT)
+        snprintf(e->msg, sizeof(e->msg), "%s", not_found);
+    return http_respond_errno(c, r, e);
+}
+
+static const char *type_name(mode_t m)
+{
+    return S_ISDIR(m) ? "directory" : "file";
+}
+
+static json_t *entry_json(const char *name, const struct stat *st)
+{
+    char when[32], mode[8];
+
+    http_format_time(st->st_mtim.tv_sec, when);
+    snprintf(mode, sizeof(mode), "%04o", (unsigned)(st->st_mode & 07777));
+    return json_pack("{s:s, s:I, s:s, s:s, s:s}", "name", name, "size", (json_int_t)st->st_size,
+                     "type", type_name(st->st_mode), "modified_at", when, "mode", mode);
+}
+
+static enum MHD_Result list_dir(struct hctx *c, int fd)
+{
+    struct sbx_fs_entry *e = NULL;
+    struct sbx_error err = {0};
+    size_t n = 0;
+    json_t *entries;
+    int r = sbx_fs_list(c->h->o.root, c->path, fd, &e, &n, &err);
+
+    if (r < 0)
+        return respond_fs_error(c, r, &err);
+    entries = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(entries, entry_json(e[i].name, &e[i].st));
+    sbx_fs_entries_free(e, n);
+    return http_respond_json(c, 200,
+                             json_pack("{s:s+, s:o}", "path", c->path[0] == '/' ? "" : "/", c->path,
+                                       "entries", entries));
+}
+
+static ssize_t tar_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct sbx_error err = {0};
+    ssize_t n = sbx_tar_pack_read(cls, buf, max, &err);
+
+    (void)pos;
+    if (n < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (n == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    sbx_metrics_bytes_out((uint64_t)n);
+    return n;
+}
+
+static void tar_free(void *cls)
+{
+    sbx_tar_pack_free(cls);
+}
+
+static enum MHD_Result send_tar(struct hctx *c, int fd)
+{
+    struct sbx_tar_pack *p = NULL;
+    struct sbx_error err = {0};
+    struct MHD_Response *resp;
+    int r = sbx_tar_pack_new(fd, &p, &err);
+
+    if (r < 0)
+        return respond_fs_error(c, r, &err);
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, TAR_BLOCK, tar_read, p, tar_free);
+    if (!resp) {
+        sbx_tar_pack_free(p);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/x-tar");
+    return http_queue(c, 200, resp);
+}
+
+/* Parses a single "bytes=" range against size. 1: use [*start, *end]; 0: ignore the header
+ * (absent, malformed or several ranges: the whole file is sent); -1: unsatisfiable. */
+static int parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
+{
+    char *e1, *e2;
+    unsigned long long a, b;
+
+    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ','))
+        return 0;
+    h += 6;
+    if (*h == '-') {
+        b = strtoull(h + 1, &e2, 10);
+        if (e2 == h + 1 || *e2)
+            return 0;
+        if (b == 0 || size == 0)
+            return -1;
+        *start = b >= size ? 0 : size - b;
+        *end = size - 1;
+        return 1;
+    }
+    a = strtoull(h, &e1, 10);
+    if (e1 == h || *e1 != '-')
+        return 0;
+    if (e1[1] == '\0') {
+        b = size ? size - 1 : 0;
+    } else {
+        b = strtoull(e1 + 1, &e2, 10);
+        if (*e2 || b < a)
+            return 0;
+    }
+    if (a >= size)
+        return -1;
+    *start = a;
+    *end = b >= size ? size - 1 : b;
+    return 1;
+}
+
+static enum MHD_Result send_file(struct hctx *c, int fd, const struct stat *st)
+{
+    uint64_t size = (uint64_t)st->st_size, start = 0, end = size ? size - 1 : 0;
+    int range = parse_range(http_header(c, "Range"), size, &start, &end);
+    struct MHD_Response *resp;
+    char buf[96];
+    struct tm tm;
+
+    if (range < 0) {
+        close(fd);
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        snprintf(buf, sizeof(buf), "bytes */%" PRIu64, size);
+        if (resp)
+            MHD_add_response_header(resp, "Content-Range", buf);
+        return http_queue(c, 416, resp);
+    }
+    if (range > 0)
+        resp = MHD_create_response_from_fd_at_offset64(end - start + 1, fd, start);
+    else
+        resp = MHD_create_response_from_fd64(size, fd);
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+    gmtime_r(&st->st_mtim.tv_sec, &tm);
+    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    MHD_add_response_header(resp, "Last-Modified", buf);
+    if (strcmp(c->method, "HEAD") != 0)
+        sbx_metrics_bytes_out(range > 0 ? end - start + 1 : size);
+    if (range > 0) {
+        snprintf(buf, sizeof(buf), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
+        MHD_add_response_header(resp, "Content-Range", buf);
+        return http_queue(c, 206, resp);
+    }
+    return http_queue(c, 200, resp);
+}
+
+static bool wants_tar(struct hctx *c)
+{
+    const char *a = http_arg(c, "archive");
+    return a && strcmp(a, "tar") == 0;
+}
+
+static enum MHD_Result get_file(struct hctx *c)
+{
+    struct sbx_error err = {0};
+    struct stat st;
+    enum MHD_Result ret;
+    int fd = sbx_fs_open(c->h->o.root, c->path, &st, &err);
+
+    if (fd < 0)
+        return respond_fs_error(c, fd, &err);
+    if (S_ISDIR(st.st_mode)) {
+        ret = wants_tar(c) ? send_tar(c, fd) : list_dir(c, fd);
+        close(fd);
+        return ret;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return http_respond_error(c, 400, "INVALID_ARGUMENT", "not a regular file");
+    }
+    return send_file(c, fd, &st);
+}
+
+static enum MHD_Result delete_file(struct hctx *c)
+{
+    const char *rec = http_arg(c, "recursive");
+    struct sbx_error err = {0};
+    bool recursive = false;
+    struct stat st;
+    char *target = NULL, msg[160];
+    int r = sbx_fs_lstat(c->h->o.root, c->path, &st, &target, &err);
+
+    free(target);
+    if (r < 0)
+        return respond_fs_error(c, r, &err);
+    if (rec && rec[0] && http_parse_bool(rec, &recursive) < 0) {
+        snprintf(msg, sizeof(msg), "recursive \"%.100s\" must be a boolean", rec);
+        return http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
+    }
+    r = sbx_fs_delete(c->h->o.root, c->path, recursive, &err);
+    if (r < 0)
+        return respond_fs_error(c, r, &err);
+    return http_respond_empty(c, 204);
+}
+
+/* --- uploads --- */
+
+void http_upload_release(struct hreq *r)
+{
+    if (r->pp)
+        MHD_destroy_post_processor(r->pp);
+    r->pp = NULL;
+    sbx_fs_writer_abort(r->w);
+    r->w = NULL;
+    sbx_tar_unpack_free(r->tar);
+    r->tar = NULL;
+    sbx_closep(&r->tar_dirfd);
+    r->tar_dirfd = -1;
+}
+
+static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *filename, const char *content_type,
+                               const char *transfer_encoding, const char *data, uint64_t off,
+                               size_t size)
+{
+    struct hreq *r = cls;
+
+    (void)kind;
+    (void)filename;
+    (void)content_type;
+    (void)transfer_encoding;
+    (void)off;
+    if (!key || strcmp(key, "file") != 0 || r->upload_error)
+        return MHD_YES;
+    r->saw_file_part = true;
+    if (size == 0)
+        return MHD_YES;
+    r->upload_error = sbx_fs_writer_write(r->w, data, size, &r->err);
+    return r->upload_error < 0 ? MHD_NO : MHD_YES;
+}
+
+static bool is_multipart(struct hctx *c)
+{
+    const char *ct = http_header(c, "Content-Type");
+    return ct && strncasecmp(ct, "multipart/form-data", 19) == 0;
+}
+
+/* Checks the request and opens what the body goes into. Returns 0 or an HTTP status already
+ * answered (as -1). */
+static int upload_begin(struct hctx *c)
+{
+    struct hreq *r = c->r;
+    const char *m = http_arg(c, "mode"), *cl = http_header(c, "Content-Length");
+    mode_t mode = 0644;
+    char msg[160];
+    int rc;
+
+    if (m && m[0]) {
+        if (strlen(m) != 4 || m[0] != '0' || strspn(m + 1, "01234567") != 3) {
+            snprintf(msg, sizeof(msg), "mode \"%.100s\" must match ^0[0-7]{3}$", m);
+            http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
+            return -1;
+        }
+        mode = (mode_t)strtoul(m, NULL, 8);
+    }
+    if (c->h->o.max_upload_bytes && cl && strtoull(cl, NULL, 10) > c->h->o.max_upload_bytes) {
+        http_respond_error(c, 413, "PAYLOAD_TOO_LARGE", "body larger than --max-upload-bytes");
+        return -1;
+    }
+    if (wants_tar(c)) {
+        rc = sbx_fs_open_dir(c->h->o.root, c->path, true, &r->err);
+        if (rc >= 0) {
+            r->tar_dirfd = rc;
+            rc = sbx_tar_unpack_new(r->tar_dirfd, &r->tar, &r->err);
+        }
+    } else {
+        rc = sbx_fs_writer_begin(c->h->o.root, c->path, mode, &r->w, &r->err);
+        if (rc == 0 && is_multipart(c)) {
+            r->pp = MHD_create_post_processor(c->conn, 64 * 1024, on_part, r);
+            if (!r->pp) {
+                http_respond_error(c, 400, "INVALID_ARGUMENT",
+                                   "invalid multipart body: no multipart boundary param in "
+                                   "Content-Type");
+                return -1;
+            }
+        }
+    }
+    if (rc < 0) {
+        respond_fs_error(c, rc, &r->err);
+        return -1;
+    }
+    return 0;
+}
+
+static int upload_feed(struct hctx *c, const char *data, size_t n)
+{
+    struct hreq *r = c->r;
+
+    if (r->tar)
+        return sbx_tar_unpack_write(r->tar, data, n, &r->err);
+    if (r->pp) {
+        if (MHD_post_process(r->pp, data, n) != MHD_YES && !r->upload_error)
+            return sbx_error_set(&r->err, EINVAL, "invalid multipart body");
+        return r->upload_error;
+    }
+    return sbx_fs_writer_write(r->w, data, n, &r->err);
+}
+
+static enum MHD_Result upload_finish(struct hctx *c)
+{
+    struct hreq *r = c->r;
+    uint8_t sha[SBX_SHA256_LEN];
+    char hex[2 * SBX_SHA256_LEN + 1], b64[64], buf[96];
+    struct MHD_Response *resp;
+    uint64_t size = 0;
+    int rc;
+
+    if (r->tar) {
+        rc = sbx_tar_unpack_finish(r->tar, &r->err);
+        if (rc < 0)
+            return respond_fs_error(c, rc, &r->err);
+        return http_respond_json(c, 200, json_pack("{s:I}", "entries", (json_int_t)rc));
+    }
+    if (r->pp) {
+        MHD_destroy_post_processor(r->pp);
+        r->pp = NULL;
+        if (r->upload_error)
+            return respond_fs_error(c, r->upload_error, &r->err);
+        if (!r->saw_file_part)
+            return http_respond_error(c, 400, "INVALID_ARGUMENT",
+                                      "multipart body is missing the required \"file\" part");
+    }
+    rc = sbx_fs_writer_commit(TAKE_PTR(r->w), &size, sha, &r->err);
+    if (rc < 0)
+        return respond_fs_error(c, rc, &r->err);
+    for (size_t i = 0; i < SBX_SHA256_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", sha[i]);
+    EVP_EncodeBlock((unsigned char *)b64, sha, SBX_SHA256_LEN);
+    resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    snprintf(buf, sizeof(buf), "%" PRIu64, size);
+    MHD_add_response_header(resp, "X-Sandboxd-Size", buf);
+    MHD_add_response_header(resp, "X-Sandboxd-Sha256", hex);
+    snprintf(buf, sizeof(buf), "sha-256=:%s:", b64);
+    MHD_add_response_header(resp, "Repr-Digest", buf);
+    return http_queue(c, 204, resp);
+}
+
+static enum MHD_Result put_file(struct hctx *c)
+{
+    struct hreq *r = c->r;
+    size_t n = *c->upload_data_size;
+    int rc;
+
+    if (!r->began) {
+        r->began = true;
+        if (upload_begin(c) < 0)
+            return MHD_YES;
+    }
+    if (n == 0)
+        return upload_finish(c);
+    *c->upload_data_size = 0;
+    r->received += n;
+    sbx_metrics_bytes_in(n);
+    if (c->h->o.max_upload_bytes && r->received > c->h->o.max_upload_bytes) {
+        http_upload_release(r);
+        return http_respond_error(c, 413, "PAYLOAD_TOO_LARGE",
+                                  "body larger than --max-upload-bytes");
+    }
+    rc = upload_feed(c, c->upload_data, n);
+    if (rc < 0) {
+        http_upload_release(r);
+        return respond_fs_error(c, rc, &r->err);
+    }
+    return MHD_YES;
+}
+
+enum MHD_Result http_files(struct hctx *c)
+{
+    if (strcmp(c->method, "PUT") == 0)
+        return put_file(c);
+    if (strcmp(c->method, "DELETE") == 0)
+        return delete_file(c);
+    return get_file(c);
+}
+
+/* --- beyond the reference --- */
+
+static const char *stat_type(mode_t m)
+{
+    if (S_ISREG(m))
+        return "file";
+    if (S_ISDIR(m))
+        return "directory";
+    if (S_ISLNK(m))
+        return "symlink";
+    return "other";
+}
+
+enum MHD_Result http_stat(struct hctx *c)
+{
+    struct sbx_error err = {0};
+    _cleanup_free_ char *target = NULL;
+    char when[32], mode[8];
+    struct stat st;
+    json_t *j;
+    const char *name = strrchr(c->path, '/');
+    int r = sbx_fs_lstat(c->h->o.root, c->path, &st, &target, &err);
+
+    if (r < 0)
+        return respond_fs_error(c, r, &err);
+    http_format_time(st.st_mtim.tv_sec, when);
+    snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
+    j = json_pack("{s:s+, s:s, s:s, s:I, s:s, s:I, s:I, s:s}", "path", "/", c->path, "name",
+                  name ? name + 1 : c->path, "type", stat_type(st.st_mode), "size",
+                  (json_int_t)st.st_size, "mode", mode, "uid", (json_int_t)st.st_uid, "gid",
+                  (json_int_t)st.st_gid, "modified_at", when);
+    if (j && target)
+        json_object_set_new(j, "symlink_target", json_string(target));
+    return http_respond_json(c, 200, j);
+}
+
+enum MHD_Result http_dirs(struct hctx *c)
+{
+    const char *m = http_arg(c, "mode"), *p = http_arg(c, "parents");
+    struct sbx_error err = {0};
+    bool parents = false;
+    mode_t mode = 0755;
+    int r;
+
+    if (!c->r->began) {
+        c->r->began = true;
+        if (*c->upload_data_size)
+            return http_respond_error(c, 400, "INVALID_ARGUMENT", "no body expected");
+    }
+    *c->upload_data_size = 0;
+    if (m && m[0]) {
+        if (strlen(m) != 4 || m[0] != '0' || strspn(m + 1, "01234567") != 3)
+            return http_respond_error(c, 400, "INVALID_ARGUMENT", "mode must match ^0[0-7]{3}$");
+        mode = (mode_t)strtoul(m, NULL, 8);
+    }
+    if (p && p[0] && http_parse_bool(p, &parents) < 0)
+        return http_respond_error(c, 400, "INVALID_ARGUMENT", "parents must be a boolean");
+    r = sbx_fs_mkdir(c->h->o.root, c->path, mode, parents, &err);
+    if (r < 0)
+        return respond_fs_error(c, r, &err);
+    return http_respond_empty(c, 201);
+}
+
+enum MHD_Result http_move(struct hctx *c)
+{
+    struct hreq *r = c->r;
+    struct sbx_error err = {0};
+    const char *from = NULL, *to = NULL;
+    int overwrite = 0, rc;
+    json_t *j;
+    size_t n = *c->upload_data_size;
+
+    if (n) {
+        char *nb;
+        *c->upload_data_size = 0;
+        if (r->body_len + n > MAX_JSON_BODY)
+            return http_respond_error(c, 413, "PAYLOAD_TOO_LARGE", "body larger than 64 KiB");
+        nb = realloc(r->body, r->body_len + n + 1);
+        if (!nb)
+            return MHD_NO;
+        r->body = nb;
+        memcpy(r->body + r->body_len, c->upload_data, n);
+        r->body_len += n;
+        r->body[r->body_len] = '\0';
+        return MHD_YES;
+    }
+    j = r->body ? json_loadb(r->body, r->body_len, 0, NULL) : NULL;
+    if (!j ||
+        json_unpack(j, "{s:s, s:s, s?b}", "from", &from, "to", &to, "overwrite", &overwrite) < 0) {
+        json_decref(j);
+        return http_respond_error(c, 400, "INVALID_ARGUMENT",
+                                  "body must be {\"from\": string, \"to\": string, "
+                                  "\"overwrite\": bool}");
+    }
+    rc = sbx_fs_move(c->h->o.root, from, to, overwrite, &err);
+    json_decref(j);
+    if (rc < 0)
+        return respond_fs_error(c, rc, &err);
+    return http_respond_empty(c, 204);
+}

@@ -1,0 +1,368 @@
+#define _GNU_SOURCE
+#include "http_server.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "http_internal.h"
+#include "log.h"
+#include "metrics.h"
+
+extern char **environ;
+
+static const struct route routes[] = {
+    {"/v1/files/", "GET HEAD PUT DELETE", http_files},
+    {"/v1/files", "GET HEAD PUT DELETE", http_files},
+    {"/v1/stat/", "GET HEAD", http_stat},
+    {"/v1/dirs/", "PUT", http_dirs},
+    {"/v1/move", "POST", http_move},
+    {"/v1/health", "GET HEAD", http_health},
+    {"/v1/metadata", "GET HEAD", http_metadata},
+    {"/healthz", "GET HEAD", http_healthz},
+    {"/readyz", "GET HEAD", http_readyz},
+    {"/metrics", "GET HEAD", http_metrics},
+};
+
+enum MHD_Result http_queue(struct hctx *c, unsigned status, struct MHD_Response *resp)
+{
+    enum MHD_Result ret;
+
+    if (!resp)
+        return MHD_NO;
+    c->r->responded = true;
+    sbx_metrics_request(SBX_METRIC_HTTP, (int)status);
+    ret = MHD_queue_response(c->conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* A JSON body with a trailing newline, as the reference's json.Encoder writes. */
+static struct MHD_Response *json_response(json_t *body)
+{
+    struct MHD_Response *resp;
+    char *text = json_dumps(body, JSON_COMPACT);
+    char *nl;
+    size_t len;
+
+    json_decref(body);
+    if (!text)
+        return NULL;
+    len = strlen(text);
+    nl = realloc(text, len + 2);
+    if (!nl) {
+        free(text);
+        return NULL;
+    }
+    text = nl;
+    text[len++] = '\n';
+    text[len] = '\0';
+    resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return NULL;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    return resp;
+}
+
+enum MHD_Result http_respond_json(struct hctx *c, unsigned status, json_t *body)
+{
+    return http_queue(c, status, json_response(body));
+}
+
+enum MHD_Result http_respond_error(struct hctx *c, unsigned status, const char *code,
+                                   const char *msg)
+{
+    return http_respond_json(c, status, json_pack("{s:s, s:s}", "code", code, "message", msg));
+}
+
+enum MHD_Result http_respond_empty(struct hctx *c, unsigned status)
+{
+    return http_queue(c, status,
+                      MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT));
+}
+
+/* One table from errno to HTTP status and error code. */
+static const struct {
+    int err;
+    unsigned status;
+    const char *code;
+} errno_map[] = {
+    {EXDEV, 403, "PERMISSION_DENIED"},
+    {EACCES, 403, "PERMISSION_DENIED"},
+    {EPERM, 403, "PERMISSION_DENIED"},
+    {ENOENT, 404, "NOT_FOUND"},
+    {EISDIR, 400, "INVALID_ARGUMENT"},
+    {EINVAL, 400, "INVALID_ARGUMENT"},
+    {ENOTDIR, 400, "INVALID_ARGUMENT"},
+    {ENAMETOOLONG, 400, "INVALID_ARGUMENT"},
+    {ELOOP, 400, "INVALID_ARGUMENT"},
+    {ENOTEMPTY, 409, "CONFLICT"},
+    {EBUSY, 409, "CONFLICT"},
+    {EEXIST, 409, "CONFLICT"},
+    {ENOSPC, 507, "INSUFFICIENT_STORAGE"},
+    {EDQUOT, 507, "INSUFFICIENT_STORAGE"},
+    {EFBIG, 413, "PAYLOAD_TOO_LARGE"},
+    {EROFS, 403, "PERMISSION_DENIED"},
+};
+
+enum MHD_Result http_respond_errno(struct hctx *c, int r, const struct sbx_error *e)
+{
+    const char *msg = e && e->msg[0] ? e->msg : strerror(-r);
+
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(errno_map); i++) {
+        if (errno_map[i].err != -r)
+            continue;
+        if (-r == EXDEV)
+            msg = "path traversal outside sandbox root is forbidden";
+        else if (-r == EACCES || -r == EPERM)
+            msg = "permission denied";
+        return http_respond_error(c, errno_map[i].status, errno_map[i].code, msg);
+    }
+    return http_respond_error(c, 500, "INTERNAL", msg);
+}
+
+const char *http_arg(struct hctx *c, const char *name)
+{
+    return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *http_header(struct hctx *c, const char *name)
+{
+    return MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, name);
+}
+
+int http_parse_bool(const char *s, bool *ret)
+{
+    static const char *const yes[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static const char *const no[] = {"0", "f", "F", "FALSE", "false", "False"};
+
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(yes); i++) {
+        if (strcmp(s, yes[i]) == 0) {
+            *ret = true;
+            return 0;
+        }
+        if (strcmp(s, no[i]) == 0) {
+            *ret = false;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+void http_format_time(time_t t, char buf[32])
+{
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static bool method_allowed(const struct route *rt, const char *method)
+{
+    size_t n = strlen(method);
+
+    for (const char *p = rt->methods; (p = strstr(p, method)); p += n)
+        if ((p == rt->methods || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+static const struct route *find_route(const char *url, const char **rest)
+{
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(routes); i++) {
+        const char *prefix = routes[i].prefix;
+        size_t n = strlen(prefix);
+        if (prefix[n - 1] == '/' ? strncmp(url, prefix, n) == 0 : strcmp(url, prefix) == 0) {
+            *rest = url + (prefix[n - 1] == '/' ? n : strlen(url));
+            return &routes[i];
+        }
+    }
+    return NULL;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    struct hctx c = {.h = cls,
+                     .conn = conn,
+                     .method = method,
+                     .upload_data = upload_data,
+                     .upload_data_size = upload_data_size,
+                     .r = *req_cls};
+    const struct route *rt;
+
+    (void)version;
+    if (!c.r) {
+        /* Answer on a later call: a response queued on the first one makes libmicrohttpd
+         * 0.9.75 close the connection instead of keeping it alive. */
+        c.r = calloc(1, sizeof(*c.r));
+        if (!c.r)
+            return MHD_NO;
+        c.r->tar_dirfd = -1;
+        *req_cls = c.r;
+        return MHD_YES;
+    }
+    if (c.r->responded) {
+        *upload_data_size = 0; /* an early answer was queued: drop the rest of the body */
+        return MHD_YES;
+    }
+    rt = find_route(url, &c.path);
+    if (!rt)
+        return http_respond_error(&c, 404, "NOT_FOUND", "no such route");
+    if (!method_allowed(rt, method)) {
+        struct MHD_Response *resp = json_response(
+            json_pack("{s:s, s:s}", "code", "METHOD_NOT_ALLOWED", "message", "method not allowed"));
+        char allow[64];
+        snprintf(allow, sizeof(allow), "%s", rt->methods);
+        for (char *p = allow; *p; p++)
+            if (*p == ' ')
+                *p = ',';
+        if (resp)
+            MHD_add_response_header(resp, "Allow", allow);
+        return http_queue(&c, 405, resp);
+    }
+    c.r->route = rt;
+    return rt->fn(&c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct hreq *r = *req_cls;
+
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (!r)
+        return;
+    http_upload_release(r); /* a cut-off upload leaves nothing behind */
+    free(r->body);
+    free(r);
+    *req_cls = NULL;
+}
+
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    size_t n;
+
+    (void)cls;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    log_debug("http: %s", msg);
+}
+
+/* The environment variables /v1/metadata shows: the prefix's, minus names that look secret. */
+static json_t *build_metadata(const char *prefix)
+{
+    static const char *const secret[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD",  "CRED",
+                                         "KEY",   "AUTH",   "BEARER",   "PRIVATE", "CERT"};
+    json_t *env = json_object();
+
+    for (char **e = environ; env && e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char name[256];
+        bool hidden = false;
+        size_t n;
+        if (!eq || strncmp(*e, prefix, strlen(prefix)) != 0)
+            continue;
+        n = (size_t)(eq - *e);
+        if (n >= sizeof(name))
+            continue;
+        for (size_t i = 0; i < n; i++)
+            name[i] = (char)toupper((unsigned char)(*e)[i]);
+        name[n] = '\0';
+        for (size_t i = 0; i < SBX_ARRAY_SIZE(secret); i++)
+            hidden |= strstr(name, secret[i]) != NULL;
+        if (hidden)
+            continue;
+        memcpy(name, *e, n);
+        json_object_set_new(env, name, json_string(eq + 1));
+    }
+    return json_pack("{s:o}", "env", env);
+}
+
+static int parse_addr(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len)
+{
+    struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons((uint16_t)port);
+        *len = sizeof(*in4);
+        return AF_INET;
+    }
+    if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        *len = sizeof(*in6);
+        return AF_INET6;
+    }
+    return -EINVAL;
+}
+
+int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct sbx_error *err)
+{
+    struct sbx_http *h = calloc(1, sizeof(*h));
+    struct sockaddr_storage ss;
+    const union MHD_DaemonInfo *info;
+    socklen_t sslen;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    int family;
+
+    if (!h)
+        return sbx_error_set(err, ENOMEM, "allocate http server");
+    h->o = *o;
+    h->started = time(NULL);
+    h->metadata = build_metadata(o->metadata_prefix);
+    family = parse_addr(o->host, o->port, &ss, &sslen);
+    if (family < 0) {
+        sbx_http_stop(h);
+        return sbx_error_set(err, EINVAL, "listen host '%s' is not an IP address", o->host);
+    }
+    if (family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->mhd = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+        MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_THREAD_POOL_SIZE, o->threads ? o->threads : 4u,
+        MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        MHD_OPTION_END);
+    if (!h->mhd) {
+        sbx_http_stop(h);
+        return sbx_error_set(err, EADDRINUSE, "cannot listen on %s port %d", o->host, o->port);
+    }
+    info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    *ret = h;
+    return info ? info->port : o->port;
+}
+
+void sbx_http_set_draining(struct sbx_http *h)
+{
+    __atomic_store_n(&h->draining, true, __ATOMIC_RELEASE);
+}
+
+void sbx_http_stop(struct sbx_http *h)
+{
+    if (!h)
+        return;
+    if (h->mhd)
+        MHD_stop_daemon(h->mhd);
+    json_decref(h->metadata);
+    free(h);
+}

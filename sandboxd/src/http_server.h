@@ -1,0 +1,35 @@
+/* The HTTP adapter: libmicrohttpd with an internal thread pool, the REST files API, health,
+ * readiness, metadata and metrics. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "path.h"
+
+struct sbx_http;
+
+struct sbx_http_opts {
+    const char *host;
+    int port;                /* 0: any free port */
+    unsigned idle_timeout_s; /* idle keep-alive connections are closed after it */
+    unsigned threads;
+    unsigned max_connections;
+    uint64_t max_upload_bytes; /* 413 beyond */
+    const struct sbx_root *root;
+    const char *metadata_prefix;
+    /* Readiness (/readyz) and liveness (/healthz) as main sees them; any thread may call. */
+    bool (*ready)(void *arg);
+    bool (*alive)(void *arg);
+    void *arg;
+};
+
+/* Binds and starts serving; returns the bound port or -errno. */
+int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct sbx_error *err);
+
+/* From now on /v1/health and /readyz answer 503. */
+void sbx_http_set_draining(struct sbx_http *h);
+
+/* Stops accepting; closes connections; joins the threads. Accepts NULL. */
+void sbx_http_stop(struct sbx_http *h);
