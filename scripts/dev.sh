@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GRPC_PORT=${GRPC_PORT:-9090}
+REST_PORT=${REST_PORT:-8080}
 BUILD=${BUILD:-build/dev}
 
 ./scripts/setup.sh
@@ -17,7 +18,8 @@ trap 'rm -rf "$root"' EXIT
 echo hello >"$root/hello.txt"
 
 cat <<EOF_EXAMPLES
-sandboxd on 127.0.0.1:$GRPC_PORT (gRPC), root dir $root. Try, from another shell:
+sandboxd on 127.0.0.1:$GRPC_PORT (gRPC) and 127.0.0.1:$REST_PORT (REST), root dir $root.
+Try, from another shell:
 
   export PATH="$SANDBOXD_TOOLS:\$PATH"
   grpcurl -plaintext 127.0.0.1:$GRPC_PORT list
@@ -28,7 +30,17 @@ sandboxd on 127.0.0.1:$GRPC_PORT (gRPC), root dir $root. Try, from another shell
       127.0.0.1:$GRPC_PORT process.v1.ProcessService/Start
   grpc-health-probe -addr 127.0.0.1:$GRPC_PORT
 
+  curl -s 127.0.0.1:$REST_PORT/v1/health
+  curl -s 127.0.0.1:$REST_PORT/v1/files/                      # list the root dir
+  curl -s 127.0.0.1:$REST_PORT/v1/files/hello.txt             # download
+  curl -si -X PUT --data-binary @/etc/os-release "127.0.0.1:$REST_PORT/v1/files/up/os-release?mode=0600"
+  curl -s 127.0.0.1:$REST_PORT/v1/stat/up/os-release
+  curl -s "127.0.0.1:$REST_PORT/v1/files/up?archive=tar" | tar -tvf -
+  curl -si -X DELETE "127.0.0.1:$REST_PORT/v1/files/up?recursive=true"
+  curl -s 127.0.0.1:$REST_PORT/metrics
+
 (Output bytes are base64 in grpcurl's JSON.) Ctrl-C stops the daemon.
 
 EOF_EXAMPLES
-exec "$BUILD/sandboxd/sandboxd" --listen-host 127.0.0.1 --grpc-port "$GRPC_PORT" --root-dir "$root"
+"$BUILD/sandboxd/sandboxd" --listen-host 127.0.0.1 --grpc-port "$GRPC_PORT" \
+  --rest-port "$REST_PORT" --root-dir "$root"
