@@ -265,10 +265,5 @@ int sbx_grpc_health_register(struct sbx_grpc *srv, struct sbx_health *h, struct 
         {"/grpc.health.v1.Health/Watch", false, handle_watch, h, 2},
     };
 
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(methods); i++) {
-        int r = sbx_grpc_register(srv, &methods[i], err);
-        if (r < 0)
-            return r;
-    }
-    return 0;
+    return sbx_grpc_register(srv, methods, SBX_ARRAY_SIZE(methods), err);
 }

@@ -580,10 +580,5 @@ int sbx_grpc_process_register(struct sbx_grpc *srv, struct sbx_process_service *
         {"/process.v1.ProcessService/ResizeTTY", false, handle_resize, svc, 2},
     };
 
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(methods); i++) {
-        int r = sbx_grpc_register(srv, &methods[i], err);
-        if (r < 0)
-            return r;
-    }
-    return 0;
+    return sbx_grpc_register(srv, methods, SBX_ARRAY_SIZE(methods), err);
 }

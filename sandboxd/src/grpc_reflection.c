@@ -428,10 +428,5 @@ int sbx_grpc_reflection_register(struct sbx_grpc *srv, struct sbx_reflection *r,
         {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", true, handle_info, r, 2},
     };
 
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(methods); i++) {
-        int rc = sbx_grpc_register(srv, &methods[i], err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    return sbx_grpc_register(srv, methods, SBX_ARRAY_SIZE(methods), err);
 }

@@ -360,11 +360,13 @@ int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sb
     return 0;
 }
 
-int sbx_grpc_register(struct sbx_grpc *s, const struct sbx_grpc_method *m, struct sbx_error *err)
+int sbx_grpc_register(struct sbx_grpc *s, const struct sbx_grpc_method *m, size_t n,
+                      struct sbx_error *err)
 {
-    if (s->n_methods == MAX_METHODS)
+    if (s->n_methods + n > MAX_METHODS)
         return sbx_error_set(err, ENOSPC, "too many methods");
-    s->methods[s->n_methods++] = *m;
+    memcpy(&s->methods[s->n_methods], m, n * sizeof(*m));
+    s->n_methods += n;
     return 0;
 }
 

@@ -44,8 +44,9 @@ struct sbx_grpc_opts {
 
 int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sbx_error *err);
 
-/* Registers a method; before sbx_grpc_start. Returns 0 or -errno. */
-int sbx_grpc_register(struct sbx_grpc *s, const struct sbx_grpc_method *m, struct sbx_error *err);
+/* Registers n methods (copied); before sbx_grpc_start. Returns 0 or -errno. */
+int sbx_grpc_register(struct sbx_grpc *s, const struct sbx_grpc_method *m, size_t n,
+                      struct sbx_error *err);
 
 /* Adds an insecure listening address ("127.0.0.1:9090", "unix:/path"); before sbx_grpc_start. */
 int sbx_grpc_listen(struct sbx_grpc *s, const char *addr, struct sbx_error *err);

@@ -62,9 +62,7 @@ void sbx_root_release(struct sbx_root *root)
     root->path = NULL;
 }
 
-/* Cleans p lexically into out (which has room for strlen(p) + 2): no empty, "." or ".."
- * components. ".." above the top is dropped when absolute (as for "/.."), an error when not. */
-static int clean_components(const char *p, bool absolute, char *out, size_t *len)
+int sbx_path_lexical(const char *p, bool absolute, char *out, size_t *len)
 {
     size_t o = 0;
 
@@ -104,7 +102,7 @@ int sbx_path_clean(const struct sbx_root *root, const char *user_path, char **re
 
     if (!out)
         return sbx_error_set(err, ENOMEM, "allocate path");
-    if (clean_components(user_path, absolute, out, &n) < 0)
+    if (sbx_path_lexical(user_path, absolute, out, &n) < 0)
         return sbx_error_set(err, EXDEV, "access denied: path \"%s\": path escapes sandbox root",
                              user_path);
     rel = out;
@@ -165,9 +163,14 @@ int sbx_path_open(const struct sbx_root *root, const char *user_path, int flags,
     r = sbx_path_clean(root, user_path, &rel, err);
     if (r < 0)
         return r;
-    fd = (int)syscall(SYS_openat2, root->fd, rel, &how, sizeof(how));
-    if (fd >= 0)
-        return fd;
+    /* EAGAIN: a concurrent rename made the kernel unsure ".." stayed beneath; try again. */
+    for (int tries = 0; tries < 16; tries++) {
+        fd = (int)syscall(SYS_openat2, root->fd, rel, &how, sizeof(how));
+        if (fd >= 0)
+            return fd;
+        if (errno != EAGAIN)
+            break;
+    }
     if (errno == EXDEV || errno == ENOSYS) {
         /* An absolute symlink, which RESOLVE_BENEATH refuses even when it points inside; or a
          * kernel without openat2. */

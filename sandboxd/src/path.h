@@ -4,6 +4,9 @@
  * swapped in at any time, leads outside. Escapes are -EXDEV. */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "error.h"
 
 struct sbx_root {
@@ -14,6 +17,11 @@ struct sbx_root {
 /* Opens the root dir (resolving symlinks), creating it when missing. Returns 0 or -errno. */
 int sbx_root_open(struct sbx_root *root, const char *path, struct sbx_error *err);
 void sbx_root_release(struct sbx_root *root);
+
+/* Cleans p lexically into out (room for strlen(p) + 2 bytes; "" when nothing is left): no
+ * empty, "." or ".." components. ".." above the top is dropped when absolute (as for "/.."),
+ * -EXDEV when not. */
+int sbx_path_lexical(const char *p, bool absolute, char *out, size_t *len);
 
 /* Cleans user_path into a path relative to the root ("." for the root itself); *ret is
  * malloc'ed. -EXDEV when ".." climbs above the root. */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "path.h"
 
 #define BLOCK      512
 #define STAGE_SIZE (64 * 1024) /* pack: queued headers and file data read ahead for small reads */
@@ -714,35 +715,20 @@ static int clean_name(const char *name, char **ret)
 {
     size_t len = strlen(name), n = 0;
     char *out;
+    int r;
 
     if (name[0] == '/')
         return -EXDEV;
     if (len >= PATH_MAX)
         return -ENAMETOOLONG;
-    out = malloc(len + 1);
+    out = malloc(len + 2);
     if (!out)
         return -ENOMEM;
-    for (const char *s = name; *s;) {
-        const char *e = strchrnul(s, '/');
-        size_t cl = (size_t)(e - s);
-
-        if (cl == 2 && s[0] == '.' && s[1] == '.') {
-            if (n == 0) {
-                free(out);
-                return -EXDEV;
-            }
-            while (n > 0 && out[n - 1] != '/')
-                n--;
-            n -= n > 0;
-        } else if (cl > 0 && !(cl == 1 && s[0] == '.')) {
-            if (n > 0)
-                out[n++] = '/';
-            memcpy(out + n, s, cl);
-            n += cl;
-        }
-        s = *e ? e + 1 : e;
+    r = sbx_path_lexical(name, false, out, &n);
+    if (r < 0) {
+        free(out);
+        return r;
     }
-    out[n] = '\0';
     *ret = out;
     return 0;
 }
