@@ -266,16 +266,12 @@ static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
     char msg[512];
 
     if (f->answering || !ok) {
-        struct sbx_grpc *srv = f->srv;
+        /* Answered (a fresh fallback already waits for the next call), or shutting down. */
         if (f->call)
             grpc_call_unref(f->call);
         grpc_call_details_destroy(&f->details);
         grpc_metadata_array_destroy(&f->md);
-        if (ok)
-            fallback_arm(f);
-        else
-            free(f);
-        (void)srv;
+        free(f);
         return;
     }
     /* Answer this one, and have a fresh fallback wait for the next. */

@@ -31,7 +31,8 @@ struct sbx_loop {
     int nevents;
 };
 
-static void run_tasks(struct sbx_watch *w, uint32_t events);
+static void drain_wake(struct sbx_watch *w, uint32_t events);
+static void run_tasks(struct sbx_loop *loop);
 
 int sbx_loop_new(struct sbx_loop **ret, struct sbx_error *err)
 {
@@ -52,7 +53,7 @@ int sbx_loop_new(struct sbx_loop **ret, struct sbx_error *err)
         r = sbx_error_set(err, errno, "eventfd");
         goto fail;
     }
-    loop->wake.fn = run_tasks;
+    loop->wake.fn = drain_wake;
     r = sbx_loop_add(loop, &loop->wake, EPOLLIN, err);
     if (r < 0)
         goto fail;
@@ -67,13 +68,10 @@ void sbx_loop_free(struct sbx_loop *loop)
 {
     if (!loop)
         return;
+    /* What was posted after the last iteration (frees, mostly) still runs. */
+    run_tasks(loop);
     sbx_closep(&loop->epfd);
     sbx_closep(&loop->wake.fd);
-    while (loop->head) {
-        struct task *t = loop->head;
-        loop->head = t->next;
-        free(t);
-    }
     pthread_mutex_destroy(&loop->lock);
     free(loop);
 }
@@ -130,14 +128,20 @@ int sbx_loop_post(struct sbx_loop *loop, sbx_task_fn fn, void *arg)
     return 0;
 }
 
-static void run_tasks(struct sbx_watch *w, uint32_t events)
+static void drain_wake(struct sbx_watch *w, uint32_t events)
 {
-    struct sbx_loop *loop = (struct sbx_loop *)((char *)w - offsetof(struct sbx_loop, wake));
-    struct task *list;
     uint64_t n;
 
     (void)events;
     (void)!read(w->fd, &n, sizeof(n));
+}
+
+/* Runs the posted tasks. Between batches of events only: a task may free a watch that an event
+ * fetched in the current batch still points to. */
+static void run_tasks(struct sbx_loop *loop)
+{
+    struct task *list;
+
     pthread_mutex_lock(&loop->lock);
     list = loop->head;
     loop->head = loop->tail = NULL;
@@ -168,6 +172,7 @@ int sbx_loop_run(struct sbx_loop *loop, struct sbx_error *err)
                 w->fn(w, loop->events[i].events);
         }
         loop->nevents = 0;
+        run_tasks(loop);
     }
     __atomic_store_n(&loop->running, false, __ATOMIC_RELEASE);
     return 0;

@@ -36,7 +36,8 @@ int sbx_loop_mod(struct sbx_loop *loop, struct sbx_watch *w, uint32_t events);
  * iteration is dropped (the watch must stay allocated until the current callback returns). */
 void sbx_loop_del(struct sbx_loop *loop, struct sbx_watch *w);
 
-/* Runs fn(arg) on the loop thread soon. Thread-safe; returns 0 or -ENOMEM. */
+/* Runs fn(arg) on the loop thread soon, after the current batch of events (so it may free what
+ * a fetched event points to); or at sbx_loop_free. Thread-safe; returns 0 or -ENOMEM. */
 int sbx_loop_post(struct sbx_loop *loop, sbx_task_fn fn, void *arg);
 
 /* Runs until sbx_loop_stop(); returns 0 or -errno. */

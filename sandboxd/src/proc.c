@@ -242,10 +242,10 @@ static void complete_writes(struct wreq *list, int result)
     }
 }
 
-void sbx_proc_unref(struct sbx_proc *p)
+static void proc_free(void *arg)
 {
-    if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
+    struct sbx_proc *p = arg;
+
     for (int i = 0; i < 2; i++) {
         close_watch(p, &p->out[i].w);
         free(p->out[i].buf);
@@ -255,6 +255,16 @@ void sbx_proc_unref(struct sbx_proc *p)
     complete_writes(take_writes_locked(p), -EPIPE);
     pthread_mutex_destroy(&p->lock);
     free(p);
+}
+
+void sbx_proc_unref(struct sbx_proc *p)
+{
+    if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    /* On the loop, between batches: an event fetched in this batch may still point to one of
+     * p's watches (epoll reports a hang-up on an fd another thread is closing). */
+    if (sbx_loop_post(p->t->loop, proc_free, p) < 0)
+        proc_free(p);
 }
 
 int32_t sbx_proc_id(const struct sbx_proc *p)
@@ -297,11 +307,12 @@ static int watch_fds(struct sbx_proc *p, const struct sbx_spawned *sp, struct sb
         p->out[i].buf = malloc(p->t->chunk_size);
         if (!p->out[i].buf)
             return sbx_error_set(err, ENOMEM, "allocate output buffer");
-        r = sbx_loop_add(p->t->loop, &p->out[i].w, 0, err);
+        /* Oneshot even while unarmed: epoll reports a hang-up whatever the events asked. */
+        r = sbx_loop_add(p->t->loop, &p->out[i].w, EPOLLONESHOT, err);
         if (r < 0)
             return r;
     }
-    return p->in.fd >= 0 ? sbx_loop_add(p->t->loop, &p->in, 0, err) : 0;
+    return p->in.fd >= 0 ? sbx_loop_add(p->t->loop, &p->in, EPOLLONESHOT, err) : 0;
 }
 
 static struct sbx_proc *proc_alloc(struct sbx_proctab *t, const struct sbx_proc_opts *o,
@@ -773,9 +784,10 @@ static struct wreq *flush_locked(struct sbx_proc *p, int *result)
         *tail = w;
         tail = &w->next;
     }
-    if (p->in.fd >= 0)
-        (void)sbx_loop_mod(p->t->loop, &p->in,
-                           p->wq_head && !*result ? EPOLLOUT | EPOLLONESHOT : 0);
+    /* Armed only while writes wait: epoll reports an error on a pipe whose reader is gone
+     * whatever was asked, so an idle stdin stays disarmed (oneshot) rather than spinning. */
+    if (p->in.fd >= 0 && p->wq_head && !*result)
+        (void)sbx_loop_mod(p->t->loop, &p->in, EPOLLOUT | EPOLLONESHOT);
     return done;
 }
 
