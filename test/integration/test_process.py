@@ -477,6 +477,37 @@ def test_100_concurrent_starts(client):
         assert s.stderr() == f"e{i + 200}\n".encode()
 
 
+def test_16_concurrent_execute_clients(client):
+    """Closed-loop Executes from 16 threads: every one answered right, the daemon stays up (a
+    use-after-free once showed here, when a process was freed under an event of the loop)."""
+    def loop(i):
+        for j in range(40):
+            r = client.execute(["sh", "-c", f"echo {i}-{j}"])
+            assert (r.exit_code, r.stdout) == (0, f"{i}-{j}\n".encode())
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(loop, range(16)))
+
+
+def _cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_closed_stdin_does_not_spin(sandboxd, client):
+    """A process that closes its stdin and lives on: the daemon must not busy-loop on the error
+    epoll reports for the pipe's write end."""
+    s = client.start(["sh", "-c", "exec 0<&-; sleep 3"], timeout=20)
+    s.wait_init(10)
+    time.sleep(0.3)
+    before = _cpu_seconds(sandboxd.proc.pid)
+    time.sleep(1.5)
+    used = _cpu_seconds(sandboxd.proc.pid) - before
+    assert used < 0.5, f"the daemon used {used:.2f} s of CPU in 1.5 s while idle"
+    s.wait_done(20)
+    assert s.exit_code() == 0
+
+
 @pytest.mark.parametrize("pty", [None, (24, 80)], ids=["pipes", "pty"])
 def test_client_cancel_kills_process(client, leftovers, pty):
     s = client.start(["sh", "-c", "sleep 1000 & echo $$ $!; while :; do echo tick; sleep 0.05; done"],
