@@ -174,7 +174,8 @@ static void pcall_unref(struct pcall *c)
 
 /* Sends one message (and the OK status after it when final). One send is in flight at a time:
  * the process table's credit guarantees it. */
-static void pcall_send(struct pcall *c, const ProtobufCMessage *m, bool initial, bool final)
+static void pcall_send(struct pcall *c, const ProtobufCMessage *m, bool initial, bool final,
+                       uint32_t flags)
 {
     grpc_op ops[3];
     size_t n = 0;
@@ -183,6 +184,7 @@ static void pcall_send(struct pcall *c, const ProtobufCMessage *m, bool initial,
     c->bb = sbx_grpc_pack(m);
     if (initial)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].flags = flags;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->bb;
     if (final) {
@@ -225,7 +227,7 @@ static void on_closed(struct sbx_grpc_tag *tag, bool ok)
     pcall_unref(c);
 }
 
-static void stream_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len)
+static void stream_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len, bool more)
 {
     struct pcall *c = data;
     Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
@@ -236,7 +238,9 @@ static void stream_output(void *data, enum sbx_stream s, const uint8_t *buf, siz
     m.stdout.data = (uint8_t *)buf;
     m.stdout.len = len;
     sbx_metrics_bytes_out(len);
-    pcall_send(c, &m.base, false, false);
+    /* More is waiting and follows at once: the transport may gather it with this chunk. The
+     * last chunk of a burst goes without the hint, which flushes the lot. */
+    pcall_send(c, &m.base, false, false, more ? GRPC_WRITE_BUFFER_HINT : 0);
 }
 
 static void stream_exit(void *data, const struct sbx_exit *ex)
@@ -249,17 +253,18 @@ static void stream_exit(void *data, const struct sbx_exit *ex)
     m.event_case = PROCESS__V1__START_RESPONSE__EVENT_EXIT;
     m.exit = &e;
     if (!c->cancelled)
-        pcall_send(c, &m.base, false, true);
+        pcall_send(c, &m.base, false, true, 0);
     pcall_unref(c); /* the sink's reference */
 }
 
 static const struct sbx_proc_sink stream_sink = {.output = stream_output, .exit = stream_exit};
 
-static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len)
+static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len, bool more)
 {
     struct pcall *c = data;
     size_t room = c->max_output - c->len[s];
 
+    (void)more;
     if (len > room)
         len = room; /* over the cap: drained and dropped */
     if (len == 0)
@@ -292,7 +297,7 @@ static void capture_exit(void *data, const struct sbx_exit *ex)
     m.stderr.data = c->buf[SBX_STDERR];
     m.stderr.len = c->len[SBX_STDERR];
     if (!c->cancelled)
-        pcall_send(c, &m.base, true, true);
+        pcall_send(c, &m.base, true, true, 0);
     pcall_unref(c);
 }
 
@@ -374,7 +379,7 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
         init.process_id = sbx_proc_id(c->proc);
         m.event_case = PROCESS__V1__START_RESPONSE__EVENT_INIT;
         m.init = &init;
-        pcall_send(c, &m.base, true, false);
+        pcall_send(c, &m.base, true, false, 0);
     }
     pcall_unref(c); /* ours */
 }

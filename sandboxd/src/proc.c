@@ -482,13 +482,16 @@ static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
             n = read(o->w.fd, o->buf, p->t->chunk_size);
         } while (n < 0 && errno == EINTR);
         if (n > 0) {
+            int avail = 0;
             if (p->credit > 0)
                 p->credit--;
             sink = p->discard ? NULL : p->sink;
             data = p->sink_data;
+            if ((size_t)n == p->t->chunk_size && ioctl(o->w.fd, FIONREAD, &avail) < 0)
+                avail = 0;
             pthread_mutex_unlock(&p->lock);
             if (sink)
-                sink->output(data, o->stream, o->buf, (size_t)n);
+                sink->output(data, o->stream, o->buf, (size_t)n, avail > 0);
             pthread_mutex_lock(&p->lock);
             continue;
         }

@@ -28,8 +28,9 @@ struct sbx_exit {
 
 /* How a process's owner hears of it. Both run on the loop thread; each consumes one credit. */
 struct sbx_proc_sink {
-    /* A chunk of output; the callee copies what it keeps. */
-    void (*output)(void *data, enum sbx_stream stream, const uint8_t *buf, size_t len);
+    /* A chunk of output; the callee copies what it keeps. more: the fd has more to read right
+     * now, so another chunk follows as soon as credit allows (a transport may batch). */
+    void (*output)(void *data, enum sbx_stream stream, const uint8_t *buf, size_t len, bool more);
     /* Once, after the process exited and its output was drained. */
     void (*exit)(void *data, const struct sbx_exit *ex);
 };

@@ -42,10 +42,11 @@ static void seen_init(struct seen *s)
     pthread_cond_init(&s->cond, NULL);
 }
 
-static void on_output(void *data, enum sbx_stream st, const uint8_t *buf, size_t len)
+static void on_output(void *data, enum sbx_stream st, const uint8_t *buf, size_t len, bool more)
 {
     struct seen *s = data;
 
+    (void)more;
     pthread_mutex_lock(&s->lock);
     if (st == SBX_STDOUT) {
         size_t n = len < sizeof(s->out) - 1 - s->out_len ? len : sizeof(s->out) - 1 - s->out_len;

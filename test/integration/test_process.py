@@ -455,6 +455,19 @@ def test_10mib_streamed_intact_and_in_order(client, root):
     (root / "big.bin").unlink()
 
 
+@pytest.mark.parametrize("pty", [None, (24, 80)], ids=["pipes", "pty"])
+def test_a_burst_is_delivered_without_waiting_for_more_output(client, pty):
+    """Chunks of a burst may be batched by the transport, but the last one flushes the lot: the
+    process then waits for stdin, which the test writes only once it has the whole burst."""
+    n = 2 * 4096  # whole chunks: the last one full too
+    s = client.start(["sh", "-c", f"head -c {n} /dev/zero; read x; echo done"], pty=pty, timeout=30)
+    pid = s.wait_init(10)
+    wait_until(lambda: len(s.stdout()) >= n, 20, what=f"{n} bytes of the burst")
+    client.write_stdin(pid, b"go\n")
+    s.wait_done(20)
+    assert s.stdout().endswith(b"done\n") or s.stdout().endswith(b"done\r\n")
+
+
 def test_10mib_execute(client):
     n = 10 * 1024 * 1024
     r = client.execute(["sh", "-c", f"head -c {n} /dev/zero | tr '\\0' x"], timeout=30)
