@@ -26,6 +26,8 @@ struct hreq {
     const struct route *route;
     bool began; /* the handler ran once with the request complete or its first data */
     bool responded;
+    struct MHD_Response *pending; /* answered before the body ended: queued once it has */
+    unsigned pending_status;
     /* uploads */
     struct sbx_fs_writer *w;
     struct sbx_tar_unpack *tar;
@@ -48,6 +50,7 @@ struct hctx {
     const char *path; /* the URL remainder after the route's prefix, percent-decoded */
     const char *upload_data;
     size_t *upload_data_size;
+    bool body_done; /* this call ends the request body (or there is none) */
     struct hreq *r;
 };
 

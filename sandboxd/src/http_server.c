@@ -39,6 +39,13 @@ enum MHD_Result http_queue(struct hctx *c, unsigned status, struct MHD_Response 
         return MHD_NO;
     c->r->responded = true;
     sbx_metrics_request(SBX_METRIC_HTTP, (int)status);
+    if (!c->body_done) {
+        /* libmicrohttpd hangs the connection when a response is queued while body remains:
+         * keep it for the call that ends the body, and drop the body meanwhile. */
+        c->r->pending = resp;
+        c->r->pending_status = status;
+        return MHD_YES;
+    }
     ret = MHD_queue_response(c->conn, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -200,6 +207,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                      .upload_data_size = upload_data_size,
                      .r = *req_cls};
     const struct route *rt;
+    enum MHD_Result ret;
 
     (void)version;
     if (!c.r) {
@@ -213,8 +221,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (c.r->responded) {
-        *upload_data_size = 0; /* an early answer was queued: drop the rest of the body */
-        return MHD_YES;
+        struct MHD_Response *resp = c.r->pending;
+        if (*upload_data_size || !resp) {
+            *upload_data_size = 0; /* answered early: drop the rest of the body */
+            return MHD_YES;
+        }
+        c.r->pending = NULL;
+        ret = MHD_queue_response(conn, c.r->pending_status, resp);
+        MHD_destroy_response(resp);
+        return ret;
     }
     rt = find_route(url, &c.path);
     if (!rt)
@@ -232,7 +247,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return http_queue(&c, 405, resp);
     }
     c.r->route = rt;
-    return rt->fn(&c);
+    ret = rt->fn(&c);
+    if (c.r->responded)
+        *upload_data_size = 0; /* answered early: what is left of the body is dropped */
+    return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -246,6 +264,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!r)
         return;
     http_upload_release(r); /* a cut-off upload leaves nothing behind */
+    if (r->pending)
+        MHD_destroy_response(r->pending);
     free(r->body);
     free(r);
     *req_cls = NULL;

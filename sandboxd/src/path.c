@@ -173,13 +173,17 @@ int sbx_path_open(const struct sbx_root *root, const char *user_path, int flags,
     }
     if (errno == EXDEV || errno == ENOSYS) {
         /* An absolute symlink, which RESOLVE_BENEATH refuses even when it points inside; or a
-         * kernel without openat2. */
+         * kernel without openat2. After a refusal, any failure of the plain open stays a
+         * refusal: ENOENT or ENOTDIR would tell which paths exist outside the root. */
+        int refused = errno == EXDEV;
         fd = openat(root->fd, rel, flags | O_CLOEXEC);
         if (fd >= 0) {
             r = verify_under_root(root, fd);
             if (r == 0)
                 return fd;
             close(fd);
+            errno = EXDEV;
+        } else if (refused) {
             errno = EXDEV;
         }
     }
