@@ -48,7 +48,7 @@ static uint64_t arg_exit_drain_timeout_ms = 1000;
 static long long arg_stream_chunk_size = 4096;
 static long long arg_max_message_bytes = 4 << 20;
 static long long arg_max_output_bytes = 16 << 20;
-static long long arg_grpc_threads = 2;
+static long long arg_grpc_threads = 4;
 static long long arg_http_threads = 4;
 static long long arg_http_max_connections = 2048;
 static long long arg_max_upload_bytes = 16LL << 30;
@@ -143,7 +143,7 @@ static const struct option_def {
     {"max-message-bytes", opt_size, &arg_max_message_bytes, "largest gRPC request (4194304)"},
     {"max-output-bytes", opt_size, &arg_max_output_bytes,
      "output kept per stream by Execute (16777216)"},
-    {"grpc-threads", opt_threads, &arg_grpc_threads, "completion-queue threads (2)"},
+    {"grpc-threads", opt_threads, &arg_grpc_threads, "completion-queue threads (4)"},
     {"http-threads", opt_threads, &arg_http_threads, "HTTP threads (4)"},
     {"http-max-connections", opt_connections, &arg_http_max_connections,
      "HTTP connections at once (2048)"},
