@@ -196,6 +196,8 @@ static const struct route *find_route(const char *url, const char **rest)
     return NULL;
 }
 
+static enum MHD_Result route(struct hctx *c, const char *url, const char *method);
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
@@ -206,7 +208,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                      .upload_data = upload_data,
                      .upload_data_size = upload_data_size,
                      .r = *req_cls};
-    const struct route *rt;
     enum MHD_Result ret;
 
     (void)version;
@@ -231,9 +232,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         MHD_destroy_response(resp);
         return ret;
     }
-    rt = find_route(url, &c.path);
+    ret = route(&c, url, method);
+    if (c.r->responded)
+        *upload_data_size = 0; /* answered early: what is left of the body is dropped */
+    return ret;
+}
+
+/* Dispatches one call of a request to its route. */
+static enum MHD_Result route(struct hctx *c, const char *url, const char *method)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const struct route *rt;
+
+    if (info && info->socket_context && *(bool *)info->socket_context)
+        return http_respond_error(c, 400, "INVALID_ARGUMENT", "NUL byte in the URL");
+    rt = find_route(url, &c->path);
     if (!rt)
-        return http_respond_error(&c, 404, "NOT_FOUND", "no such route");
+        return http_respond_error(c, 404, "NOT_FOUND", "no such route");
     if (!method_allowed(rt, method)) {
         struct MHD_Response *resp = json_response(
             json_pack("{s:s, s:s}", "code", "METHOD_NOT_ALLOWED", "message", "method not allowed"));
@@ -244,13 +260,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *p = ',';
         if (resp)
             MHD_add_response_header(resp, "Allow", allow);
-        return http_queue(&c, 405, resp);
+        return http_queue(c, 405, resp);
     }
-    c.r->route = rt;
-    ret = rt->fn(&c);
-    if (c.r->responded)
-        *upload_data_size = 0; /* answered early: what is left of the body is dropped */
-    return ret;
+    c->r->route = rt;
+    return rt->fn(c);
+}
+
+/* A flag per connection: the request being read had a %00 in its URL, which would cut the
+ * path short where we see it as a C string. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = calloc(1, sizeof(bool));
+    } else {
+        free(*socket_context);
+        *socket_context = NULL;
+    }
+}
+
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    size_t len = MHD_http_unescape(s);
+
+    (void)cls;
+    if (memchr(s, '\0', len) && info && info->socket_context)
+        *(bool *)info->socket_context = true;
+    return len;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -259,8 +299,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     struct hreq *r = *req_cls;
 
     (void)cls;
-    (void)conn;
     (void)toe;
+    {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (info && info->socket_context)
+            *(bool *)info->socket_context = false; /* the next request starts clean */
+    }
     if (!r)
         return;
     http_upload_release(r); /* a cut-off upload leaves nothing behind */
@@ -361,7 +406,8 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
         MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_THREAD_POOL_SIZE, o->threads ? o->threads : 4u,
         MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        h, MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
         MHD_OPTION_END);
     if (!h->mhd) {
         sbx_http_stop(h);

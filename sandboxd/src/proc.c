@@ -370,6 +370,7 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
         goto fail;
     }
     p->pid = sp.pid;
+    *ret = p; /* before any output can reach the sink */
     r = watch_fds(p, &sp, err);
     pthread_mutex_lock(&t->lock);
     p->id = o->anonymous ? 0 : t->next_id++;
@@ -377,7 +378,11 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     pthread_mutex_unlock(&t->lock);
     pthread_rwlock_unlock(&t->reap_lock);
     if (r < 0) {
-        /* Registered already, so the reaper will collect it; it must not run unobserved. */
+        /* Registered already, so the reaper will collect it; it must not run unobserved, and
+         * its sink, which the caller frees on failure, must not hear of it. */
+        pthread_mutex_lock(&p->lock);
+        p->sink = NULL;
+        pthread_mutex_unlock(&p->lock);
         kill(-p->pid, SIGKILL);
         sbx_proc_detach(p);
         goto fail;
@@ -385,11 +390,20 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     clock_gettime(CLOCK_MONOTONIC, &t1);
     sbx_metrics_process_started((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
                                 (uint64_t)(t1.tv_nsec - t0.tv_nsec));
-    if (o->credit != 0)
-        sbx_proc_ack(p);
-    *ret = p;
+    if (o->credit != 0) {
+        /* Credit from the start: arm the fds; the loop reads them once there is something. */
+        pthread_mutex_lock(&p->lock);
+        for (int i = 0; i < 2; i++) {
+            if (p->out[i].w.fd >= 0 && p->out[i].paused) {
+                p->out[i].paused = false;
+                (void)sbx_loop_mod(t->loop, &p->out[i].w, EPOLLIN | EPOLLONESHOT);
+            }
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
     return 0;
 fail:
+    *ret = NULL;
     sbx_proc_unref(p);
     return r;
 }

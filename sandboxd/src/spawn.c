@@ -43,6 +43,31 @@ static void find_ignored(void)
     }
 }
 
+/* /dev/null, opened once, for processes whose stdin is nothing. */
+static int devnull = -1;
+static pthread_once_t devnull_once = PTHREAD_ONCE_INIT;
+
+static void open_devnull(void)
+{
+    devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* The stack a spawning thread's child runs on until it execs: one per thread, kept, since an
+ * munmap per spawn costs a TLB shootdown across every CPU our threads ran on. */
+static __thread void *child_stack;
+
+static void *get_child_stack(void)
+{
+    if (!child_stack) {
+        void *s = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (s == MAP_FAILED)
+            return NULL;
+        child_stack = s;
+    }
+    return (char *)child_stack + CHILD_STACK_SIZE;
+}
+
 /* What the child reads, prepared by the parent. */
 struct child_args {
     const struct sbx_spawn *s;
@@ -172,12 +197,8 @@ static int make_stdio(const struct sbx_spawn *s, int parent[3], int child[3], in
         return 0;
     }
     for (int i = 0; i < 3; i++) {
-        if (i == 0 && s->stdin_null) {
-            child[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
-            if (child[0] < 0)
-                return sbx_error_set(err, errno, "open /dev/null");
-            continue;
-        }
+        if (i == 0 && s->stdin_null)
+            continue; /* devnull, shared */
         if (pipe2(p, O_CLOEXEC) < 0)
             return sbx_error_set(err, errno, "pipe");
         /* stdin: the child reads p[0]; stdout/stderr: the child writes p[1]. */
@@ -197,20 +218,26 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
     int r;
 
     pthread_once(&ignored_once, find_ignored);
+    pthread_once(&devnull_once, open_devnull);
     r = make_stdio(s, parent, child, &a.ctty, err);
     if (r < 0)
         goto out;
     memcpy(a.stdio, child, sizeof(child));
-    stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (stack == MAP_FAILED) {
+    if (s->stdin_null && !s->pty) {
+        if (devnull < 0) {
+            r = sbx_error_set(err, ENOENT, "open /dev/null");
+            goto out;
+        }
+        a.stdio[0] = devnull;
+    }
+    stack = get_child_stack();
+    if (!stack) {
         r = sbx_error_set(err, errno, "allocate child stack");
         goto out;
     }
     /* CLONE_VFORK: we resume once the child has exec'ed or exited, so a.error is final. */
-    pid = clone(child_main, (char *)stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+    pid = clone(child_main, stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
     r = pid < 0 ? -errno : 0;
-    munmap(stack, CHILD_STACK_SIZE);
     if (r < 0) {
         r = sbx_error_set(err, -r, "clone");
         goto out;
@@ -238,16 +265,9 @@ __attribute__((no_sanitize("address", "undefined"))) static int probe_main(void 
 
 int sbx_spawn_probe(void)
 {
-    void *stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    pid_t pid;
-    int r;
+    void *stack = get_child_stack();
 
-    if (stack == MAP_FAILED)
+    if (!stack)
         return -errno;
-    pid =
-        clone(probe_main, (char *)stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
-    r = pid < 0 ? -errno : 0;
-    munmap(stack, CHILD_STACK_SIZE);
-    return r;
+    return clone(probe_main, stack, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL) < 0 ? -errno : 0;
 }
