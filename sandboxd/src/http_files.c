@@ -38,7 +38,7 @@ static json_t *entry_json(const char *name, const struct stat *st)
     char when[32], mode[8];
 
     http_format_time(st->st_mtim.tv_sec, when);
-    snprintf(mode, sizeof(mode), "%04o", (unsigned)(st->st_mode & 07777));
+    snprintf(mode, sizeof(mode), "%04o", (unsigned)(st->st_mode & 0777)); /* as the reference */
     return json_pack("{s:s, s:I, s:s, s:s, s:s}", "name", name, "size", (json_int_t)st->st_size,
                      "type", type_name(st->st_mode), "modified_at", when, "mode", mode);
 }
