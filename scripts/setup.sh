@@ -13,12 +13,14 @@ HEALTH_PROBE=github.com/grpc-ecosystem/grpc-health-probe@v0.4.62
 REFERENCE_MODULE=sigs.k8s.io/agent-sandbox
 REFERENCE_VERSION=v0.5.6
 REFERENCE_CMD=packages/sandboxd/cmd/sandboxd
+# schemathesis (PyPI) checks the running daemon against api/openapi.yaml.
+SCHEMATHESIS_VERSION=4.32.5
 
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
   libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
   libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev
-  python3 python3-grpcio python3-protobuf python3-pytest
+  python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates
 )
 
@@ -81,6 +83,18 @@ MOD
   echo "$REFERENCE_VERSION" >"$stamp"
 }
 
+# schemathesis, into a venv of Debian's Python next to the Go tools.
+install_schemathesis() {
+  local venv="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/venv"
+  if "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
+    return 0
+  fi
+  log "installing schemathesis $SCHEMATHESIS_VERSION into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "schemathesis==$SCHEMATHESIS_VERSION"
+}
+
 mkdir -p "$SANDBOXD_TOOLS"
 build_reference
+install_schemathesis
 log "ready; tools in $SANDBOXD_TOOLS"

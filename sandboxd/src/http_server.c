@@ -386,7 +386,9 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
     struct sockaddr_storage ss;
     const union MHD_DaemonInfo *info;
     socklen_t sslen;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    /* poll, not epoll: with epoll, libmicrohttpd 0.9.75 notices a client that went away in the
+     * middle of an upload only at the idle timeout (its temp file lingers until then). */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     int family;
 
     if (!h)

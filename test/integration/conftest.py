@@ -727,3 +727,164 @@ def reference(tools, protos, tmp_path_factory):
     finally:
         _RUNNING.remove(d)
         d.stop_and_check()
+
+
+# ---------------------------------------------------------------------------------------------
+# REST helpers and fixtures (test_rest*.py, test_openapi.py)
+
+import http.client  # noqa: E402
+import json  # noqa: E402
+
+HTTP_TIMEOUT = 10.0  # default bound of one small HTTP request
+
+
+class HttpResponse:
+    """A complete HTTP response: status, reason, headers (list of pairs), body bytes."""
+
+    def __init__(self, status, reason, headers, body):
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.body = body
+
+    def header(self, name, default=None):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return default
+
+    def header_all(self, name):
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        body = self.body if len(self.body) <= 300 else self.body[:300] + b"..."
+        return f"<HTTP {self.status} {self.reason} {self.headers} {body!r}>"
+
+
+def http_request(port, method, path, body=None, headers=None, timeout=HTTP_TIMEOUT,
+                 host="127.0.0.1"):
+    """One request on a fresh connection with http.client; the path is sent as given (no
+    normalisation, no quoting). Returns an HttpResponse."""
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        return HttpResponse(r.status, r.reason, r.getheaders(), data)
+    finally:
+        c.close()
+
+
+def run_curl(args, timeout=HTTP_TIMEOUT + 5, check=False, input=None):
+    """Runs the curl binary (never a proxy, always bounded) and returns the CompletedProcess."""
+    curl = shutil.which("curl") or "/usr/bin/curl"
+    argv = [curl, "--noproxy", "*", "-sS", "--max-time", str(timeout), *map(str, args)]
+    return subprocess.run(argv, capture_output=True, timeout=timeout + 10, check=check,
+                          input=input)
+
+
+def vm_rss_kib(pid):
+    """The resident set size of a process in KiB, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+def temp_files(root):
+    """The .sandboxd-tmp-* files anywhere beneath root."""
+    return sorted(str(p) for p in Path(root).rglob(".sandboxd-tmp-*"))
+
+
+@pytest.fixture
+def sandboxd_env_factory(sandboxd_bin, protos, tmp_path_factory, daemon_env):
+    """Like sandboxd_factory, with the daemon's environment adjustable: env is merged over the
+    usual daemon environment; a value of None removes that variable."""
+    started = []
+
+    def start(extra_args=(), env=None, root=None, shutdown_timeout=10.0):
+        r = root or _make_root(tmp_path_factory, "root")
+        e = dict(daemon_env)
+        for k, v in (env or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        d = Sandboxd(sandboxd_bin, r, protos, extra_args=extra_args, env=e,
+                     shutdown_timeout=shutdown_timeout)
+        started.append(d)
+        _RUNNING.append(d)
+        return d
+
+    yield start
+    errors = []
+    for d in started:
+        try:
+            if not d.checked:
+                d.stop_and_check()
+        except AssertionError as e:
+            errors.append(str(e))
+        finally:
+            _RUNNING.remove(d)
+    if errors:
+        pytest.fail("\n\n".join(errors))
+
+
+class ReferenceEnv(Reference):
+    """The reference daemon with a chosen environment (for /v1/metadata)."""
+
+    def __init__(self, binary, root, protos, env):
+        self.root = Path(root)
+        self.protos = protos
+        last = None
+        for _ in range(5):
+            self.grpc_port, self.rest_port = free_port(), free_port()
+            if self.grpc_port == self.rest_port:
+                continue
+            DaemonProcess.__init__(
+                self, [binary, "-grpc-port", self.grpc_port, "-rest-port", self.rest_port,
+                       "-root-dir", self.root, "-shutdown-timeout", "5s"], env=env)
+            try:
+                self.wait_line(r"sandboxd listening")
+                break
+            except RuntimeError as e:
+                last = e
+                self.kill()
+        else:
+            raise last
+        self.target = f"127.0.0.1:{self.grpc_port}"
+        self._clients = []
+
+
+@pytest.fixture
+def reference_env_factory(tools, protos, tmp_path_factory):
+    """Starts reference daemons with env merged over the test process's environment (a value of
+    None removes that variable)."""
+    started = []
+
+    def start(env=None):
+        e = dict(os.environ)
+        for k, v in (env or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        d = ReferenceEnv(tools["reference-sandboxd"], _make_root(tmp_path_factory, "refroot"),
+                         protos, e)
+        started.append(d)
+        _RUNNING.append(d)
+        return d
+
+    yield start
+    for d in started:
+        try:
+            d.stop_and_check()
+        finally:
+            _RUNNING.remove(d)
