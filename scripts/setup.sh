@@ -21,7 +21,7 @@ DEB_PACKAGES=(
   libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
   libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
-  golang-go curl ca-certificates
+  golang-go curl ca-certificates wrk
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

@@ -11,6 +11,15 @@
 //	sbxbench wait   -addr A                                 wait until a daemon answers
 //	sbxbench freeport -n N                                  print N free loopback TCP ports
 //	sbxbench report FILE...                                 print the table of ratios
+//
+// The REST benchmarks (bench/rest.sh; rest*.go):
+//
+//	sbxbench restput   -url U -label L -bytes N             1 GiB PUT throughput (with the daemon's fsync)
+//	sbxbench restget   -url U -label L                      1 GiB GET throughput
+//	sbxbench floorput  -dir D -bytes N                      local write+fsync of the same bytes (dd conv=fsync)
+//	sbxbench floorget  -file F                              local sendfile loop into a loopback socket
+//	sbxbench restsmall -url U -label L -what W              small GETs per second (wrk, or a Go client)
+//	sbxbench restreport FILE...                             print the REST table of ratios
 package main
 
 import (
@@ -21,7 +30,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|spawn|pipe|ready|wait|freeport|report} [flags]")
+	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|spawn|pipe|ready|wait|freeport|report|restput|restget|floorput|floorget|restsmall|restreport} [flags]")
 	os.Exit(2)
 }
 
@@ -39,6 +48,13 @@ func main() {
 		"wait":     cmdWait,
 		"freeport": cmdFreePort,
 		"report":   cmdReport,
+
+		"restput":    cmdRestPut,
+		"restget":    cmdRestGet,
+		"floorput":   cmdFloorPut,
+		"floorget":   cmdFloorGet,
+		"restsmall":  cmdRestSmall,
+		"restreport": cmdRestReport,
 	}
 	fn, ok := cmds[os.Args[1]]
 	if !ok {
