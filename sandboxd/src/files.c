@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,13 +201,17 @@ static int open_parent(const struct sbx_root *root, const char *path, bool creat
     return 0;
 }
 
+/* Writeback is started every so many bytes of an upload, so that the final fsync has only the
+ * tail left to flush. */
+#define WRITEBACK_EVERY (8u << 20)
+
 struct sbx_fs_writer {
     int dirfd; /* O_RDONLY, for fsync */
-    int fd;
+    int fd;    /* O_RDWR: the hasher reads back what was written */
     char *name;
     char tmp[32];
-    uint64_t size;
-    EVP_MD_CTX *sha;
+    uint64_t size, flushed;
+    struct sbx_hasher *hash;
 };
 
 static void writer_free(struct sbx_fs_writer *w)
@@ -216,7 +219,7 @@ static void writer_free(struct sbx_fs_writer *w)
     sbx_closep(&w->fd);
     sbx_closep(&w->dirfd);
     free(w->name);
-    EVP_MD_CTX_free(w->sha);
+    sbx_hasher_free(w->hash);
     free(w);
 }
 
@@ -269,17 +272,14 @@ int sbx_fs_writer_begin(const struct sbx_root *root, const char *path, mode_t mo
         uint32_t rnd[2] = {0, 0};
         (void)!getrandom(rnd, sizeof(rnd), 0);
         snprintf(w->tmp, sizeof(w->tmp), ".sandboxd-tmp-%08x%08x", rnd[0], rnd[1]);
-        w->fd = openat(w->dirfd, w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        w->fd = openat(w->dirfd, w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (w->fd < 0 && (errno != EEXIST || tries > 8))
             r = sbx_error_set(err, errno, "failed to create temp file: %s", strerror(errno));
     }
     if (r == 0 && fchmod(w->fd, mode) < 0)
         r = sbx_error_set(err, errno, "failed to set file mode: %s", strerror(errno));
-    if (r == 0) {
-        w->sha = EVP_MD_CTX_new();
-        if (!w->sha || !EVP_DigestInit_ex(w->sha, EVP_sha256(), NULL))
-            r = sbx_error_set(err, ENOMEM, "sha256 init");
-    }
+    if (r == 0)
+        r = sbx_hasher_new(w->fd, &w->hash, err);
     if (r < 0) {
         sbx_fs_writer_abort(w);
         return r;
@@ -292,16 +292,21 @@ int sbx_fs_writer_write(struct sbx_fs_writer *w, const void *buf, size_t len, st
 {
     const char *p = buf;
 
-    EVP_DigestUpdate(w->sha, buf, len);
     while (len) {
         ssize_t n = write(w->fd, p, len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return sbx_error_set(err, errno, "failed to write file contents: %s", strerror(errno));
+        sbx_hasher_update(w->hash, p, (size_t)n);
         p += n;
         len -= (size_t)n;
         w->size += (uint64_t)n;
+    }
+    if (w->size - w->flushed >= WRITEBACK_EVERY) {
+        (void)sync_file_range(w->fd, (off_t)w->flushed, (off_t)(w->size - w->flushed),
+                              SYNC_FILE_RANGE_WRITE);
+        w->flushed = w->size;
     }
     return 0;
 }
@@ -314,21 +319,22 @@ uint64_t sbx_fs_writer_size(const struct sbx_fs_writer *w)
 int sbx_fs_writer_commit(struct sbx_fs_writer *w, uint64_t *size, uint8_t sha256[SBX_SHA256_LEN],
                          struct sbx_error *err)
 {
-    unsigned int mdlen = 0;
     int r = 0;
 
+    /* The hasher catches up while the data goes to disk. */
     if (fsync(w->fd) < 0)
         r = sbx_error_set(err, errno, "failed to sync file: %s", strerror(errno));
-    else if (close(TAKE_FD(w->fd)) < 0)
+    else
+        r = sbx_hasher_final(w->hash, sha256, err);
+    if (r == 0 && close(TAKE_FD(w->fd)) < 0)
         r = sbx_error_set(err, errno, "failed to close file: %s", strerror(errno));
-    else if (renameat(w->dirfd, w->tmp, w->dirfd, w->name) < 0)
+    else if (r == 0 && renameat(w->dirfd, w->tmp, w->dirfd, w->name) < 0)
         r = sbx_error_set(err, errno, "failed to move file into place: %s", strerror(errno));
     if (r < 0) {
         sbx_fs_writer_abort(w);
         return r;
     }
     (void)fsync(w->dirfd); /* the rename itself durable */
-    EVP_DigestFinal_ex(w->sha, sha256, &mdlen);
     *size = w->size;
     writer_free(w);
     return 0;

@@ -8,9 +8,8 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "hasher.h"
 #include "path.h"
-
-#define SBX_SHA256_LEN 32
 
 /* Opens path for reading, following symlinks beneath the root; a directory too. FIFOs and
  * devices do not block the open. Returns an fd (O_CLOEXEC) and fills *st, or -errno. */
