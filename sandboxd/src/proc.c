@@ -16,9 +16,8 @@
 
 #include "cleanup.h"
 #include "metrics.h"
+#include "proc_internal.h"
 #include "spawn.h"
-
-#define NBUCKETS 1024
 
 static void dir_closep(DIR **d)
 {
@@ -26,65 +25,7 @@ static void dir_closep(DIR **d)
         closedir(*d);
 }
 
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
-struct wreq {
-    struct wreq *next;
-    size_t len, off;
-    bool close; /* a close marker, not data */
-    sbx_write_done_fn done;
-    void *data;
-    uint8_t buf[];
-};
-
-struct out {
-    struct sbx_watch w;
-    enum sbx_stream stream;
-    bool paused;  /* out of epoll for want of credit */
-    bool busy;    /* a thread is reading and delivering */
-    bool again;   /* someone asked for a pump while busy */
-    uint8_t *buf; /* chunk_size bytes, used by the busy thread */
-};
-
-struct sbx_proc {
-    struct sbx_proctab *t;
-    int refs;
-    int32_t id;
-    pid_t pid;
-    bool pty;
-    struct sbx_proc *next_id, *next_pid; /* hash chains, under the table lock */
-    bool registered;
-
-    pthread_mutex_t lock; /* everything below */
-    struct out out[2];
-    struct sbx_watch in;
-    struct wreq *wq_head, *wq_tail;
-    int credit;
-    bool exited, delivered;
-    bool discard; /* output is read and dropped */
-    struct sbx_exit ex;
-    const struct sbx_proc_sink *sink;
-    void *sink_data;
-    struct sbx_timer drain; /* armed at the exit while output fds are still open */
-    bool drain_expired;     /* from now on an empty fd counts as closed */
-};
-
-struct sbx_proctab {
-    struct sbx_loop *loop;
-    struct sbx_proctab_opts opts;
-    size_t chunk_size;
-    int32_t next_id;
-    pthread_mutex_t lock; /* the hash tables and count */
-    struct sbx_proc *by_id[NBUCKETS];
-    struct sbx_proc *by_pid[NBUCKETS];
-    size_t count;
-    /* Spawners hold it shared from clone to registration, the reaper exclusively around waitpid:
-     * a pid the reaper collects is therefore always registered already (or not ours). */
-    pthread_rwlock_t reap_lock;
-};
-
 static void on_readable(struct sbx_watch *w, uint32_t events);
-static void on_writable(struct sbx_watch *w, uint32_t events);
 static void finish_locked(struct sbx_proc *p);
 static void pump_locked(struct sbx_proc *p, struct out *o, int batch);
 
@@ -213,7 +154,7 @@ size_t sbx_proctab_count(struct sbx_proctab *t)
     return n;
 }
 
-static void close_watch(struct sbx_proc *p, struct sbx_watch *w)
+void proc_close_watch(struct sbx_proc *p, struct sbx_watch *w)
 {
     if (w->fd < 0)
         return;
@@ -222,37 +163,17 @@ static void close_watch(struct sbx_proc *p, struct sbx_watch *w)
     w->fd = -1;
 }
 
-/* Fails every queued stdin write; called with p->lock held, returns the list to complete. */
-static struct wreq *take_writes_locked(struct sbx_proc *p)
-{
-    struct wreq *list = p->wq_head;
-
-    p->wq_head = p->wq_tail = NULL;
-    return list;
-}
-
-static void complete_writes(struct wreq *list, int result)
-{
-    while (list) {
-        struct wreq *w = list;
-        list = w->next;
-        if (w->done)
-            w->done(w->data, result);
-        free(w);
-    }
-}
-
 static void proc_free(void *arg)
 {
     struct sbx_proc *p = arg;
 
     for (int i = 0; i < 2; i++) {
-        close_watch(p, &p->out[i].w);
+        proc_close_watch(p, &p->out[i].w);
         free(p->out[i].buf);
     }
-    close_watch(p, &p->in);
+    proc_close_watch(p, &p->in);
     sbx_timer_release(&p->drain);
-    complete_writes(take_writes_locked(p), -EPIPE);
+    proc_complete_writes(proc_take_writes_locked(p), -EPIPE);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -294,7 +215,7 @@ static int watch_fds(struct sbx_proc *p, const struct sbx_spawned *sp, struct sb
     int r;
 
     p->in.fd = sp->in_fd;
-    p->in.fn = on_writable;
+    p->in.fn = proc_on_writable;
     for (int i = 0; i < 2; i++) {
         p->out[i].w.fd = fds[i];
         p->out[i].w.fn = on_readable;
@@ -517,7 +438,7 @@ static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
         }
         /* EOF; EIO from a pty whose slave is closed; or nothing left once the drain after the
          * exit expired (a background job may hold the write end forever). */
-        close_watch(p, &o->w);
+        proc_close_watch(p, &o->w);
     }
     o->busy = false;
     maybe_finish_locked(p);
@@ -636,8 +557,8 @@ static void proc_exited(struct sbx_proc *p, int status)
     pthread_mutex_lock(&p->lock);
     p->exited = true;
     fill_exit(&p->ex, status);
-    writes = take_writes_locked(p);
-    close_watch(p, &p->in);
+    writes = proc_take_writes_locked(p);
+    proc_close_watch(p, &p->in);
     /* Read what is there now: usually the pipes are at EOF already. */
     for (int i = 0; i < 2; i++) {
         if (p->out[i].w.fd >= 0 && !p->out[i].paused) {
@@ -654,7 +575,7 @@ static void proc_exited(struct sbx_proc *p, int status)
     maybe_finish_locked(p);
     if (open)
         expire_drain(p);
-    complete_writes(writes, -EPIPE);
+    proc_complete_writes(writes, -EPIPE);
 }
 
 void sbx_proctab_reap(struct sbx_proctab *t)
@@ -764,109 +685,4 @@ int sbx_proc_resize(struct sbx_proc *p, unsigned short cols, unsigned short rows
         r = sbx_error_set(err, errno, "resize tty of process %d", p->id);
     pthread_mutex_unlock(&p->lock);
     return r;
-}
-
-/* Writes queued data until the pipe is full; returns the completed requests. */
-static struct wreq *flush_locked(struct sbx_proc *p, int *result)
-{
-    struct wreq *done = NULL, **tail = &done;
-
-    *result = 0;
-    while (p->wq_head) {
-        struct wreq *w = p->wq_head;
-        if (w->close) {
-            if (p->pty) {
-                const char eof = 4; /* VEOF: the line discipline turns it into end of file */
-                if (write(p->in.fd, &eof, 1) < 0 && errno == EAGAIN)
-                    break;
-            } else {
-                close_watch(p, &p->in);
-            }
-        } else {
-            ssize_t n = write(p->in.fd, w->buf + w->off, w->len - w->off);
-            if (n < 0 && errno == EAGAIN)
-                break;
-            if (n < 0 && errno != EINTR) {
-                *result = -errno;
-                break;
-            }
-            w->off += n > 0 ? (size_t)n : 0;
-            if (w->off < w->len)
-                continue;
-        }
-        p->wq_head = w->next;
-        if (!p->wq_head)
-            p->wq_tail = NULL;
-        w->next = NULL;
-        *tail = w;
-        tail = &w->next;
-    }
-    /* Armed only while writes wait: epoll reports an error on a pipe whose reader is gone
-     * whatever was asked, so an idle stdin stays disarmed (oneshot) rather than spinning. */
-    if (p->in.fd >= 0 && p->wq_head && !*result)
-        (void)sbx_loop_mod(p->t->loop, &p->in, EPOLLOUT | EPOLLONESHOT);
-    return done;
-}
-
-static void on_writable(struct sbx_watch *w, uint32_t events)
-{
-    struct sbx_proc *p = container_of(w, struct sbx_proc, in);
-    struct wreq *done, *failed = NULL;
-    int result;
-
-    (void)events;
-    pthread_mutex_lock(&p->lock);
-    done = flush_locked(p, &result);
-    if (result < 0) {
-        failed = take_writes_locked(p);
-        close_watch(p, &p->in);
-    }
-    pthread_mutex_unlock(&p->lock);
-    complete_writes(done, 0);
-    complete_writes(failed, result);
-}
-
-static int enqueue(struct sbx_proc *p, const uint8_t *buf, size_t len, bool close,
-                   sbx_write_done_fn done, void *data, struct sbx_error *err)
-{
-    struct wreq *w = malloc(sizeof(*w) + len), *completed, *failed = NULL;
-    int result;
-
-    if (!w)
-        return sbx_error_set(err, ENOMEM, "allocate stdin buffer");
-    *w = (struct wreq){.len = len, .close = close, .done = done, .data = data};
-    if (len)
-        memcpy(w->buf, buf, len);
-    pthread_mutex_lock(&p->lock);
-    if (p->in.fd < 0) {
-        pthread_mutex_unlock(&p->lock);
-        free(w);
-        return sbx_error_set(err, EPIPE, "stdin of process %d is closed", p->id);
-    }
-    if (p->wq_tail)
-        p->wq_tail->next = w;
-    else
-        p->wq_head = w;
-    p->wq_tail = w;
-    completed = flush_locked(p, &result);
-    if (result < 0) {
-        failed = take_writes_locked(p);
-        close_watch(p, &p->in);
-    }
-    pthread_mutex_unlock(&p->lock);
-    complete_writes(completed, 0);
-    complete_writes(failed, result);
-    return 0;
-}
-
-int sbx_proc_write(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
-                   void *data, struct sbx_error *err)
-{
-    return enqueue(p, buf, len, false, done, data, err);
-}
-
-int sbx_proc_close_stdin(struct sbx_proc *p, sbx_write_done_fn done, void *data,
-                         struct sbx_error *err)
-{
-    return enqueue(p, NULL, 0, true, done, data, err);
 }

@@ -1,0 +1,81 @@
+/* What proc.c and proc_stdin.c share: the records behind struct sbx_proc and its table. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loop.h"
+#include "proc.h"
+
+#define NBUCKETS 1024
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+struct wreq {
+    struct wreq *next;
+    size_t len, off;
+    bool close; /* a close marker, not data */
+    sbx_write_done_fn done;
+    void *data;
+    uint8_t buf[];
+};
+
+struct out {
+    struct sbx_watch w;
+    enum sbx_stream stream;
+    bool paused;  /* out of epoll for want of credit */
+    bool busy;    /* a thread is reading and delivering */
+    bool again;   /* someone asked for a pump while busy */
+    uint8_t *buf; /* chunk_size bytes, used by the busy thread */
+};
+
+struct sbx_proc {
+    struct sbx_proctab *t;
+    int refs;
+    int32_t id;
+    pid_t pid;
+    bool pty;
+    struct sbx_proc *next_id, *next_pid; /* hash chains, under the table lock */
+    bool registered;
+
+    pthread_mutex_t lock; /* everything below */
+    struct out out[2];
+    struct sbx_watch in;
+    struct wreq *wq_head, *wq_tail;
+    int credit;
+    bool exited, delivered;
+    bool discard; /* output is read and dropped */
+    struct sbx_exit ex;
+    const struct sbx_proc_sink *sink;
+    void *sink_data;
+    struct sbx_timer drain; /* armed at the exit while output fds are still open */
+    bool drain_expired;     /* from now on an empty fd counts as closed */
+};
+
+struct sbx_proctab {
+    struct sbx_loop *loop;
+    struct sbx_proctab_opts opts;
+    size_t chunk_size;
+    int32_t next_id;
+    pthread_mutex_t lock; /* the hash tables and count */
+    struct sbx_proc *by_id[NBUCKETS];
+    struct sbx_proc *by_pid[NBUCKETS];
+    size_t count;
+    /* Spawners hold it shared from clone to registration, the reaper exclusively around waitpid:
+     * a pid the reaper collects is therefore always registered already (or not ours). */
+    pthread_rwlock_t reap_lock;
+};
+
+/* Removes w from the loop and closes its fd; -1 afterwards. Called with p->lock held. */
+void proc_close_watch(struct sbx_proc *p, struct sbx_watch *w);
+
+/* Takes every queued stdin write off p; called with p->lock held. */
+struct wreq *proc_take_writes_locked(struct sbx_proc *p);
+
+/* Calls each write's done(result) and frees the list; without p->lock. */
+void proc_complete_writes(struct wreq *list, int result);
+
+/* The loop's callback for a writable stdin. */
+void proc_on_writable(struct sbx_watch *w, uint32_t events);
