@@ -254,10 +254,14 @@ static enum MHD_Result route(struct hctx *c, const char *url, const char *method
         struct MHD_Response *resp = json_response(
             json_pack("{s:s, s:s}", "code", "METHOD_NOT_ALLOWED", "message", "method not allowed"));
         char allow[64];
-        snprintf(allow, sizeof(allow), "%s", rt->methods);
-        for (char *p = allow; *p; p++)
+        size_t n = 0;
+        /* "GET HEAD" becomes "GET, HEAD", as the reference writes it. */
+        for (const char *p = rt->methods; *p && n + 3 < sizeof(allow); p++) {
+            allow[n++] = *p == ' ' ? ',' : *p;
             if (*p == ' ')
-                *p = ',';
+                allow[n++] = ' ';
+        }
+        allow[n] = '\0';
         if (resp)
             MHD_add_response_header(resp, "Allow", allow);
         return http_queue(c, 405, resp);
