@@ -35,9 +35,6 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH=$REPO/bench
 OUT=/tmp/sandboxd-bench
 ROUNDS=3 BYTES=1073741824 DURATION=5s WARMUP=1s THREADS=2 CONNS=32 TOOL=auto ROOTS= PROFILE=0 KEEP=0 REV= RECYCLE=1
-REFERENCE_MODULE=sigs.k8s.io/agent-sandbox
-REFERENCE_VERSION=v0.5.6
-REFERENCE_CMD=packages/sandboxd/cmd/sandboxd
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -68,38 +65,13 @@ T0=$(date +%s)
 
 # --- build (as run.sh) -------------------------------------------------------------------------
 log "building (into $OUT)"
-if [ -n "${SANDBOXD_BIN:-}" ]; then
-  SANDBOXD=$SANDBOXD_BIN
-else
-  SRC=$REPO BUILD=$OUT/build
-  if [ -n "$REV" ]; then
-    REV=$(git -C "$REPO" rev-parse --short "$REV")
-    SRC=$OUT/src-$REV BUILD=$OUT/build-$REV
-    if ! [ -d "$SRC" ]; then
-      mkdir -p "$SRC.tmp" && git -C "$REPO" archive "$REV" | tar -x -C "$SRC.tmp" && mv "$SRC.tmp" "$SRC"
-    fi
-  fi
-  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake-rest.log" 2>&1 ||
-    { cat "$OUT/cmake-rest.log" >&2; exit 1; }
-  ninja -C "$BUILD" sandboxd/sandboxd >"$OUT/ninja-rest.log" 2>&1 || { cat "$OUT/ninja-rest.log" >&2; exit 1; }
-  SANDBOXD=$BUILD/sandboxd/sandboxd
-fi
-(cd "$BENCH" && GOFLAGS=-buildvcs=false go build -o "$OUT/sbxbench" ./cmd/sbxbench)
-SBX=$OUT/sbxbench
+. "$BENCH/lib.sh"
+build_sandboxd
+build_client
 
-# The reference daemon, built and cached exactly as run.sh and scripts/setup.sh do.
+# The reference daemon, built and cached as scripts/setup.sh does (scripts/reference.sh).
+build_reference
 REF=$SANDBOXD_TOOLS/reference-sandboxd
-stamp=$SANDBOXD_TOOLS/.reference-sandboxd.version
-if ! [ -x "$REF" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$REFERENCE_VERSION" ]; then
-  log "building the reference daemon $REFERENCE_MODULE@$REFERENCE_VERSION"
-  tmp=$(mktemp -d)
-  printf 'module sandboxd-reference-build\n\ngo 1.22\n\nrequire %s %s\n' "$REFERENCE_MODULE" "$REFERENCE_VERSION" >"$tmp/go.mod"
-  printf '//go:build tools\npackage tools\n\nimport _ "%s"\n' "$REFERENCE_MODULE/$REFERENCE_CMD" >"$tmp/tools.go"
-  (cd "$tmp" && GOFLAGS=-buildvcs=false go mod tidy >/dev/null 2>&1 &&
-    GOFLAGS=-buildvcs=false go build -o "$REF" "$REFERENCE_MODULE/$REFERENCE_CMD")
-  rm -rf "$tmp"
-  echo "$REFERENCE_VERSION" >"$stamp"
-fi
 
 TOOLNAME=$TOOL
 if [ "$TOOL" = auto ]; then

@@ -30,9 +30,6 @@ BENCH=$REPO/bench
 OUT=/tmp/sandboxd-bench
 ROUNDS=3 DURATION=2s WARMUP=300ms STREAM_BYTES=1073741824 CHUNKS="65536 4096" READY_RUNS=3
 WINDOW=16777216 CONNS=1 PROFILE=0 REV=
-REFERENCE_MODULE=sigs.k8s.io/agent-sandbox
-REFERENCE_VERSION=v0.5.6
-REFERENCE_CMD=packages/sandboxd/cmd/sandboxd
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -61,42 +58,15 @@ T0=$(date +%s)
 
 # --- build -------------------------------------------------------------------------------------
 log "building (into $OUT)"
-if [ -n "${SANDBOXD_BIN:-}" ]; then
-  SANDBOXD=$SANDBOXD_BIN
-else
-  SRC=$REPO BUILD=$OUT/build
-  if [ -n "$REV" ]; then
-    REV=$(git -C "$REPO" rev-parse --short "$REV")
-    SRC=$OUT/src-$REV BUILD=$OUT/build-$REV
-    if ! [ -d "$SRC" ]; then
-      mkdir -p "$SRC.tmp" && git -C "$REPO" archive "$REV" | tar -x -C "$SRC.tmp" && mv "$SRC.tmp" "$SRC"
-    fi
-  fi
-  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 ||
-    { cat "$OUT/cmake.log" >&2; exit 1; }
-  ninja -C "$BUILD" sandboxd/sandboxd >"$OUT/ninja.log" 2>&1 || { cat "$OUT/ninja.log" >&2; exit 1; }
-  SANDBOXD=$BUILD/sandboxd/sandboxd
-fi
+. "$BENCH/lib.sh"
+build_sandboxd
 # The static no-op: no libc, no loader; see noop.c.
 gcc -O2 -static -nostdlib -nostartfiles -fno-stack-protector -o "$OUT/noop" "$BENCH/noop.c"
-(cd "$BENCH" && GOFLAGS=-buildvcs=false go build -o "$OUT/sbxbench" ./cmd/sbxbench)
-SBX=$OUT/sbxbench
+build_client
 
-# The reference daemon, built as scripts/setup.sh builds it (a throwaway module requiring the exact
-# version: `go install module@version` fails because the proxy refuses the version list), and
-# cached in $SANDBOXD_TOOLS under the same stamp, so either script reuses the other's build.
+# The reference daemon, built and cached as scripts/setup.sh does (scripts/reference.sh).
+build_reference
 REF=$SANDBOXD_TOOLS/reference-sandboxd
-stamp=$SANDBOXD_TOOLS/.reference-sandboxd.version
-if ! [ -x "$REF" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$REFERENCE_VERSION" ]; then
-  log "building the reference daemon $REFERENCE_MODULE@$REFERENCE_VERSION"
-  tmp=$(mktemp -d)
-  printf 'module sandboxd-reference-build\n\ngo 1.22\n\nrequire %s %s\n' "$REFERENCE_MODULE" "$REFERENCE_VERSION" >"$tmp/go.mod"
-  printf '//go:build tools\npackage tools\n\nimport _ "%s"\n' "$REFERENCE_MODULE/$REFERENCE_CMD" >"$tmp/tools.go"
-  (cd "$tmp" && GOFLAGS=-buildvcs=false go mod tidy >/dev/null 2>&1 &&
-    GOFLAGS=-buildvcs=false go build -o "$REF" "$REFERENCE_MODULE/$REFERENCE_CMD")
-  rm -rf "$tmp"
-  echo "$REFERENCE_VERSION" >"$stamp"
-fi
 
 # --- daemons -----------------------------------------------------------------------------------
 RUN=$OUT/run-$(date +%Y%m%d-%H%M%S)

@@ -10,9 +10,6 @@ export SANDBOXD_TOOLS
 # Versions of the Go-built tools (from the Go module proxy).
 GRPCURL=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 HEALTH_PROBE=github.com/grpc-ecosystem/grpc-health-probe@v0.4.62
-REFERENCE_MODULE=sigs.k8s.io/agent-sandbox
-REFERENCE_VERSION=v0.5.6
-REFERENCE_CMD=packages/sandboxd/cmd/sandboxd
 # schemathesis (PyPI) checks the running daemon against api/openapi.yaml.
 SCHEMATHESIS_VERSION=4.32.5
 
@@ -25,6 +22,9 @@ DEB_PACKAGES=(
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
+
+# shellcheck source=reference.sh
+. "$(dirname "$0")/reference.sh"
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -59,30 +59,6 @@ go_tool() {
 install_debs
 go_tool grpcurl "$GRPCURL"
 go_tool grpc-health-probe "$HEALTH_PROBE"
-# The reference daemon. `go install module@version` cannot be used: the proxy refuses the module's
-# version list, which go install reads for deprecation notices. A throwaway wrapper module that
-# requires the exact version builds it instead.
-build_reference() {
-  local stamp="$SANDBOXD_TOOLS/.reference-sandboxd.version" tmp
-  if [ -x "$SANDBOXD_TOOLS/reference-sandboxd" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$REFERENCE_VERSION" ]; then
-    return 0
-  fi
-  log "building the reference daemon $REFERENCE_MODULE@$REFERENCE_VERSION"
-  tmp=$(mktemp -d)
-  cat >"$tmp/go.mod" <<MOD
-module sandboxd-reference-build
-
-go 1.22
-
-require $REFERENCE_MODULE $REFERENCE_VERSION
-MOD
-  printf '//go:build tools\npackage tools\n\nimport _ "%s"\n' "$REFERENCE_MODULE/$REFERENCE_CMD" >"$tmp/tools.go"
-  (cd "$tmp" && GOFLAGS=-buildvcs=false go mod tidy >/dev/null 2>&1 &&
-    GOFLAGS=-buildvcs=false go build -o "$SANDBOXD_TOOLS/reference-sandboxd" "$REFERENCE_MODULE/$REFERENCE_CMD")
-  rm -rf "$tmp"
-  echo "$REFERENCE_VERSION" >"$stamp"
-}
-
 # schemathesis, into a venv of Debian's Python next to the Go tools.
 install_schemathesis() {
   local venv="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/venv"

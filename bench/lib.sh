@@ -1,0 +1,33 @@
+# Sourced by bench/run.sh and bench/rest.sh: building what a benchmark runs.
+# Needs REPO, BENCH, OUT, REV (may be empty) and SANDBOXD_TOOLS set.
+
+# shellcheck source=../scripts/reference.sh
+. "$REPO/scripts/reference.sh"
+
+# Builds our daemon (Release) from the work tree, or from commit $REV; sets SANDBOXD. A set
+# SANDBOXD_BIN is used as it is.
+build_sandboxd() {
+  local src=$REPO build=$OUT/build
+  if [ -n "${SANDBOXD_BIN:-}" ]; then
+    SANDBOXD=$SANDBOXD_BIN
+    return 0
+  fi
+  if [ -n "$REV" ]; then
+    REV=$(git -C "$REPO" rev-parse --short "$REV")
+    src=$OUT/src-$REV build=$OUT/build-$REV
+    if ! [ -d "$src" ]; then
+      mkdir -p "$src.tmp" && git -C "$REPO" archive "$REV" | tar -x -C "$src.tmp" &&
+        mv "$src.tmp" "$src"
+    fi
+  fi
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 ||
+    { cat "$OUT/cmake.log" >&2; exit 1; }
+  ninja -C "$build" sandboxd/sandboxd >"$OUT/ninja.log" 2>&1 || { cat "$OUT/ninja.log" >&2; exit 1; }
+  SANDBOXD=$build/sandboxd/sandboxd
+}
+
+# Builds the Go client; sets SBX.
+build_client() {
+  (cd "$BENCH" && GOFLAGS=-buildvcs=false go build -o "$OUT/sbxbench" ./cmd/sbxbench)
+  SBX=$OUT/sbxbench
+}
