@@ -670,20 +670,19 @@ def daemon_env():
     return env
 
 
-@pytest.fixture
-def sandboxd_factory(sandboxd_bin, protos, tmp_path_factory, daemon_env):
-    """Starts daemons with extra flags; stops and checks each at the end of the test."""
-    started = []
+def _merged_env(base, overrides):
+    """base with overrides merged over it; an override of None removes that variable."""
+    e = dict(base)
+    for k, v in (overrides or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    return e
 
-    def start(extra_args=(), socket_path=None, shutdown_timeout=10.0, root=None):
-        r = root or _make_root(tmp_path_factory, "root")
-        d = Sandboxd(sandboxd_bin, r, protos, extra_args=extra_args, env=daemon_env,
-                     socket_path=socket_path, shutdown_timeout=shutdown_timeout)
-        started.append(d)
-        _RUNNING.append(d)
-        return d
 
-    yield start
+def _stop_all(started):
+    """Stops and checks every daemon a factory started; fails the test if one misbehaved."""
     errors = []
     for d in started:
         try:
@@ -695,6 +694,25 @@ def sandboxd_factory(sandboxd_bin, protos, tmp_path_factory, daemon_env):
             _RUNNING.remove(d)
     if errors:
         pytest.fail("\n\n".join(errors))
+
+
+@pytest.fixture
+def sandboxd_factory(sandboxd_bin, protos, tmp_path_factory, daemon_env):
+    """Starts daemons with extra flags; stops and checks each at the end of the test. env is
+    merged over the usual daemon environment; a value of None removes that variable."""
+    started = []
+
+    def start(extra_args=(), socket_path=None, shutdown_timeout=10.0, root=None, env=None):
+        r = root or _make_root(tmp_path_factory, "root")
+        e = _merged_env(daemon_env, env)
+        d = Sandboxd(sandboxd_bin, r, protos, extra_args=extra_args, env=e,
+                     socket_path=socket_path, shutdown_timeout=shutdown_timeout)
+        started.append(d)
+        _RUNNING.append(d)
+        return d
+
+    yield start
+    _stop_all(started)
 
 
 @pytest.fixture(scope="module")
@@ -804,37 +822,9 @@ def temp_files(root):
 
 
 @pytest.fixture
-def sandboxd_env_factory(sandboxd_bin, protos, tmp_path_factory, daemon_env):
-    """Like sandboxd_factory, with the daemon's environment adjustable: env is merged over the
-    usual daemon environment; a value of None removes that variable."""
-    started = []
-
-    def start(extra_args=(), env=None, root=None, shutdown_timeout=10.0):
-        r = root or _make_root(tmp_path_factory, "root")
-        e = dict(daemon_env)
-        for k, v in (env or {}).items():
-            if v is None:
-                e.pop(k, None)
-            else:
-                e[k] = v
-        d = Sandboxd(sandboxd_bin, r, protos, extra_args=extra_args, env=e,
-                     shutdown_timeout=shutdown_timeout)
-        started.append(d)
-        _RUNNING.append(d)
-        return d
-
-    yield start
-    errors = []
-    for d in started:
-        try:
-            if not d.checked:
-                d.stop_and_check()
-        except AssertionError as e:
-            errors.append(str(e))
-        finally:
-            _RUNNING.remove(d)
-    if errors:
-        pytest.fail("\n\n".join(errors))
+def sandboxd_env_factory(sandboxd_factory):
+    """sandboxd_factory, called as (extra_args, env=...)."""
+    return sandboxd_factory
 
 
 class ReferenceEnv(Reference):
@@ -870,12 +860,7 @@ def reference_env_factory(tools, protos, tmp_path_factory):
     started = []
 
     def start(env=None):
-        e = dict(os.environ)
-        for k, v in (env or {}).items():
-            if v is None:
-                e.pop(k, None)
-            else:
-                e[k] = v
+        e = _merged_env(os.environ, env)
         d = ReferenceEnv(tools["reference-sandboxd"], _make_root(tmp_path_factory, "refroot"),
                          protos, e)
         started.append(d)
