@@ -52,6 +52,7 @@ static long long arg_grpc_threads = 4;
 static long long arg_http_threads = 4;
 static long long arg_http_max_connections = 2048;
 static long long arg_max_upload_bytes = 16LL << 30;
+static long long arg_max_processes = 1024;
 
 /* Everything the loop's callbacks reach. */
 static struct {
@@ -98,7 +99,7 @@ static int opt_bytes(const char *v, void *dst)
     return sbx_parse_int(v, 0, 1LL << 50, dst);
 }
 
-static int opt_connections(const char *v, void *dst)
+static int opt_count(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 1 << 20, dst);
 }
@@ -145,8 +146,10 @@ static const struct option_def {
      "output kept per stream by Execute (16777216)"},
     {"grpc-threads", opt_threads, &arg_grpc_threads, "completion-queue threads (4)"},
     {"http-threads", opt_threads, &arg_http_threads, "HTTP threads (4)"},
-    {"http-max-connections", opt_connections, &arg_http_max_connections,
+    {"http-max-connections", opt_count, &arg_http_max_connections,
      "HTTP connections at once (2048)"},
+    {"max-processes", opt_count, &arg_max_processes,
+     "processes at once; beyond, RESOURCE_EXHAUSTED (1024)"},
     {"max-upload-bytes", opt_bytes, &arg_max_upload_bytes,
      "largest upload, 0 for no limit (16 GiB)"},
     {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
@@ -407,6 +410,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
 {
     struct sbx_proctab_opts po = {.chunk_size = (size_t)arg_stream_chunk_size,
                                   .exit_drain_ms = arg_exit_drain_timeout_ms,
+                                  .max_procs = (size_t)arg_max_processes,
                                   .on_empty = procs_empty};
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,

@@ -256,6 +256,30 @@ static struct sbx_proc *proc_alloc(struct sbx_proctab *t, const struct sbx_proc_
 
 static void drain_expired(struct sbx_timer *timer);
 
+/* Takes one of the --max-processes places, or fails with -EAGAIN. */
+static int reserve(struct sbx_proctab *t, struct sbx_error *err)
+{
+    size_t in_use;
+    int r = 0;
+
+    pthread_mutex_lock(&t->lock);
+    in_use = t->count + t->starting;
+    if (t->opts.max_procs && in_use >= t->opts.max_procs)
+        r = sbx_error_set(err, EAGAIN, "too many processes: %zu of --max-processes %zu", in_use,
+                          t->opts.max_procs);
+    else
+        t->starting++;
+    pthread_mutex_unlock(&t->lock);
+    return r;
+}
+
+static void unreserve(struct sbx_proctab *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->starting--;
+    pthread_mutex_unlock(&t->lock);
+}
+
 int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
                    const struct sbx_proc_sink *sink, void *sink_data, struct sbx_proc **ret,
                    struct sbx_error *err)
@@ -279,15 +303,21 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     if (r < 0)
         return r;
     s.path = path;
+    r = reserve(t, err);
+    if (r < 0)
+        return r;
     p = proc_alloc(t, o, sink, sink_data);
-    if (!p)
+    if (!p) {
+        unreserve(t);
         return sbx_error_set(err, ENOMEM, "allocate process");
+    }
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_rwlock_rdlock(&t->reap_lock);
     r = sbx_spawn_run(&s, &sp, err);
     if (r < 0) {
         pthread_rwlock_unlock(&t->reap_lock);
+        unreserve(t);
         goto fail;
     }
     p->pid = sp.pid;
@@ -296,6 +326,7 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     pthread_mutex_lock(&t->lock);
     p->id = o->anonymous ? 0 : t->next_id++;
     table_insert(t, proc_ref(p));
+    t->starting--; /* the reservation became an entry */
     pthread_mutex_unlock(&t->lock);
     pthread_rwlock_unlock(&t->reap_lock);
     if (r < 0) {

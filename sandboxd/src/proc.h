@@ -52,6 +52,8 @@ struct sbx_proctab_opts {
     /* Output awaited after an exit while a pipe stays open: a background job may write a little
      * more and close its copy (or hold it forever), and a tty delivers asynchronously. */
     uint64_t exit_drain_ms;
+    /* Processes at once (running, or exited and not yet delivered); 0 for no limit. */
+    size_t max_procs;
     /* Runs on the loop thread whenever the last process leaves the table. */
     void (*on_empty)(void *arg);
     void *on_empty_arg;
@@ -77,7 +79,7 @@ size_t sbx_proctab_busy(struct sbx_proctab *t);
 size_t sbx_proctab_count(struct sbx_proctab *t);
 
 /* Starts a process and registers it. The sink hears of it once credit allows. Returns 0 and a
- * reference in *ret, or -errno (-ENOENT: executable not found). */
+ * reference in *ret, or -errno (-ENOENT: executable not found; -EAGAIN: max_procs reached). */
 int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
                    const struct sbx_proc_sink *sink, void *sink_data, struct sbx_proc **ret,
                    struct sbx_error *err);

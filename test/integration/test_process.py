@@ -490,6 +490,26 @@ def test_100_concurrent_starts(client):
         assert s.stderr() == f"e{i + 200}\n".encode()
 
 
+def test_max_processes_is_resource_exhausted_beyond(sandboxd_factory):
+    """--max-processes bounds what runs at once: beyond it a clear RESOURCE_EXHAUSTED, nothing
+    started, and a place frees up when a process ends."""
+    d = sandboxd_factory(["--max-processes", "2"])
+    c = d.client()
+    s1 = c.start(["sleep", "30"], timeout=40)
+    s2 = c.start(["sleep", "30"], timeout=40)
+    p1 = s1.wait_init(10)
+    s2.wait_init(10)
+    code, details, _ = status_of(lambda: c.execute(["true"]))
+    assert code == SC.RESOURCE_EXHAUSTED, details
+    assert "--max-processes" in details, details
+    s3 = c.start(["true"]).wait_done()
+    assert s3.error is not None and s3.error.code() == SC.RESOURCE_EXHAUSTED, s3.summary()
+    c.send_signal(p1, c.pb.SIGNAL_SIGKILL)
+    s1.wait_done(20)
+    wait_until(lambda: status_of(lambda: c.execute(["true"]))[0] == SC.OK, 10,
+               what="a place after a process ended")
+
+
 def test_16_concurrent_execute_clients(client):
     """Closed-loop Executes from 16 threads: every one answered right, the daemon stays up (a
     use-after-free once showed here, when a process was freed under an event of the loop)."""
