@@ -1,8 +1,12 @@
 # Sourced by bench/run.sh and bench/rest.sh: building what a benchmark runs.
-# Needs REPO, BENCH, OUT, REV (may be empty) and SANDBOXD_TOOLS set.
+# Needs REPO, BENCH, OUT and REV (may be empty) set; defaults SANDBOXD_TOOLS, creates OUT.
 
 # shellcheck source=../scripts/reference.sh
 . "$REPO/scripts/reference.sh"
+
+log() { printf '\n== %s\n' "$*" >&2; }
+: "${SANDBOXD_TOOLS:=${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/bin}"
+mkdir -p "$OUT" "$SANDBOXD_TOOLS"
 
 # Builds our daemon (Release) from the work tree, or from commit $REV; sets SANDBOXD. A set
 # SANDBOXD_BIN is used as it is.

@@ -58,14 +58,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-log() { printf '\n== %s\n' "$*" >&2; }
-: "${SANDBOXD_TOOLS:=${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/bin}"
-mkdir -p "$OUT" "$SANDBOXD_TOOLS"
+. "$BENCH/lib.sh"
 T0=$(date +%s)
 
 # --- build (as run.sh) -------------------------------------------------------------------------
 log "building (into $OUT)"
-. "$BENCH/lib.sh"
 build_sandboxd
 build_client
 

@@ -51,14 +51,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-log() { printf '\n== %s\n' "$*" >&2; }
-: "${SANDBOXD_TOOLS:=${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/bin}"
-mkdir -p "$OUT" "$SANDBOXD_TOOLS"
+. "$BENCH/lib.sh"
 T0=$(date +%s)
 
 # --- build -------------------------------------------------------------------------------------
 log "building (into $OUT)"
-. "$BENCH/lib.sh"
 build_sandboxd
 # The static no-op: no libc, no loader; see noop.c.
 gcc -O2 -static -nostdlib -nostartfiles -fno-stack-protector -o "$OUT/noop" "$BENCH/noop.c"

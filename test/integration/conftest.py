@@ -569,7 +569,7 @@ class Reference(DaemonProcess):
 
     name = "reference-sandboxd"
 
-    def __init__(self, binary, root, protos):
+    def __init__(self, binary, root, protos, env=None):
         self.root = Path(root)
         self.protos = protos
         last = None
@@ -578,7 +578,7 @@ class Reference(DaemonProcess):
             if self.grpc_port == self.rest_port:
                 continue
             super().__init__([binary, "-grpc-port", self.grpc_port, "-rest-port", self.rest_port,
-                              "-root-dir", self.root, "-shutdown-timeout", "5s"])
+                              "-root-dir", self.root, "-shutdown-timeout", "5s"], env=env)
             try:
                 self.wait_line(r"sandboxd listening")
                 break
@@ -827,32 +827,6 @@ def sandboxd_env_factory(sandboxd_factory):
     return sandboxd_factory
 
 
-class ReferenceEnv(Reference):
-    """The reference daemon with a chosen environment (for /v1/metadata)."""
-
-    def __init__(self, binary, root, protos, env):
-        self.root = Path(root)
-        self.protos = protos
-        last = None
-        for _ in range(5):
-            self.grpc_port, self.rest_port = free_port(), free_port()
-            if self.grpc_port == self.rest_port:
-                continue
-            DaemonProcess.__init__(
-                self, [binary, "-grpc-port", self.grpc_port, "-rest-port", self.rest_port,
-                       "-root-dir", self.root, "-shutdown-timeout", "5s"], env=env)
-            try:
-                self.wait_line(r"sandboxd listening")
-                break
-            except RuntimeError as e:
-                last = e
-                self.kill()
-        else:
-            raise last
-        self.target = f"127.0.0.1:{self.grpc_port}"
-        self._clients = []
-
-
 @pytest.fixture
 def reference_env_factory(tools, protos, tmp_path_factory):
     """Starts reference daemons with env merged over the test process's environment (a value of
@@ -861,7 +835,7 @@ def reference_env_factory(tools, protos, tmp_path_factory):
 
     def start(env=None):
         e = _merged_env(os.environ, env)
-        d = ReferenceEnv(tools["reference-sandboxd"], _make_root(tmp_path_factory, "refroot"),
+        d = Reference(tools["reference-sandboxd"], _make_root(tmp_path_factory, "refroot"),
                          protos, e)
         started.append(d)
         _RUNNING.append(d)
