@@ -247,6 +247,21 @@ static void trim_exited(struct sbx_jobs *j)
     }
 }
 
+static void on_timer(struct sbx_timer *t);
+
+/* The job's timer, made when first needed (a timeout, or the retention after the exit): an fd
+ * only for the jobs that need one. With job->lock held; false when it cannot be made. */
+static bool timer_locked(struct sbx_job *job)
+{
+    struct sbx_error e = {0};
+
+    if (!job->timer_ok && sbx_timer_init(&job->timer, job->j->loop, on_timer, &e) == 0)
+        job->timer_ok = true;
+    if (!job->timer_ok)
+        log_warn(e.code, "job %d: no timer: %s", job->id, e.msg);
+    return job->timer_ok;
+}
+
 static void on_exit_(void *data, const struct sbx_exit *ex)
 {
     struct sbx_job *job = data;
@@ -258,7 +273,7 @@ static void on_exit_(void *data, const struct sbx_exit *ex)
     clock_gettime(CLOCK_REALTIME, &job->ended);
     job->reason = reason_of(job);
     job->phase = PHASE_RETAIN;
-    if (job->timer_ok)
+    if (timer_locked(job))
         (void)sbx_timer_arm(&job->timer, job->j->o.retain_ms ? job->j->o.retain_ms : 1);
     woken = take_woken_locked(job);
     pthread_mutex_unlock(&job->lock);
@@ -366,11 +381,6 @@ static struct sbx_job *job_new(struct sbx_jobs *j, const struct sbx_job_spec *s,
         sbx_error_set(err, ENOMEM, "allocate job");
         return NULL;
     }
-    if (sbx_timer_init(&job->timer, j->loop, on_timer, err) < 0) {
-        job_free(job);
-        return NULL;
-    }
-    job->timer_ok = true;
     return job;
 }
 
@@ -440,7 +450,7 @@ int sbx_job_start(struct sbx_jobs *j, const struct sbx_job_spec *s, struct sbx_j
     job->pid = sbx_proc_pid(job->proc);
     pthread_mutex_unlock(&j->lock);
     pthread_mutex_lock(&job->lock);
-    if (job->timeout_ms && !job->exited) {
+    if (job->timeout_ms && !job->exited && timer_locked(job)) {
         job->phase = PHASE_TIMEOUT;
         (void)sbx_timer_arm(&job->timer, job->timeout_ms);
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -423,6 +424,24 @@ static int setup_signals(struct sbx_error *err)
     return 0;
 }
 
+/* Our soft fd limit up to the hard one (a process needs several fds, a connection one); the
+ * processes we start get the limit we were started with. */
+static void raise_nofile(void)
+{
+    struct rlimit lim;
+
+    struct rlimit raised;
+
+    if (getrlimit(RLIMIT_NOFILE, &lim) < 0 || lim.rlim_cur >= lim.rlim_max)
+        return;
+    raised = (struct rlimit){.rlim_cur = lim.rlim_max, .rlim_max = lim.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) < 0)
+        return;
+    sbx_spawn_set_base_nofile(&lim);
+    log_debug("fd limit raised from %llu to %llu", (unsigned long long)lim.rlim_cur,
+              (unsigned long long)lim.rlim_max);
+}
+
 /* The OOM killer should take a workload before us. Lowering our score needs CAP_SYS_RESOURCE. */
 static void protect_self(void)
 {
@@ -649,8 +668,10 @@ int main(int argc, char **argv)
     r = setup_signals(&err);
     if (r == 0 && getpid() != 1)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
-    if (r == 0)
+    if (r == 0) {
         protect_self();
+        raise_nofile();
+    }
     if (r == 0)
         r = setup(&root, &refl, &err);
     if (r == 0) {

@@ -126,6 +126,15 @@ int sbx_spawn_lookup(const char *name, const char *search_path, char **ret, stru
     return sbx_error_set(err, -last, "exec: \"%s\": executable file not found in $PATH", name);
 }
 
+static struct rlimit base_nofile;
+static bool have_base_nofile;
+
+void sbx_spawn_set_base_nofile(const struct rlimit *lim)
+{
+    base_nofile = *lim;
+    have_base_nofile = true;
+}
+
 int sbx_rlimit_resource(const char *name)
 {
     static const struct {
@@ -197,6 +206,8 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         }
     }
     if (s->cwd_fd >= 0 && fchdir(s->cwd_fd) < 0)
+        goto fail;
+    if (have_base_nofile && syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &base_nofile, NULL) < 0)
         goto fail;
     for (size_t i = 0; i < s->confine.n_rlimits; i++)
         if (syscall(SYS_prlimit64, 0, s->confine.rlimits[i].resource, &s->confine.rlimits[i].lim,

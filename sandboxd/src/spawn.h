@@ -45,6 +45,10 @@ struct sbx_spawn {
     const char *oom_score_adj;
 };
 
+/* The RLIMIT_NOFILE every child starts with (before a request's rlimits): the daemon raises its
+ * own soft limit for its many fds, and its children get the one it was started with. */
+void sbx_spawn_set_base_nofile(const struct rlimit *lim);
+
 /* RLIMIT_* of a lower-case name ("nofile"), or -1. */
 int sbx_rlimit_resource(const char *name);
 

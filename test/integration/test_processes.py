@@ -455,3 +455,26 @@ def test_limits_refused_without_cgroups(sandboxd_factory, protos):
             assert "unsupported" in e.details() and "--cgroups off" in e.details()
     # Without limits everything works, and tree kill falls back to the process walk.
     assert procs.run(["echo", "ok"]).stdout == b"ok\n"
+
+
+def test_fd_limit_raised_for_us_not_for_children(sandboxd_factory, protos):
+    import resource
+    ours = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = ours[1]
+    soft = min(ours[0], 1024) if hard > 1024 else max(ours[0] // 2, 1)
+    if soft >= hard:
+        pytest.skip(f"the hard fd limit ({hard}) leaves nothing to raise")
+    # The daemon inherits a soft limit below the hard one.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        d = sandboxd_factory()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, ours)
+    limits = open(f"/proc/{d.proc.pid}/limits").read()
+    line = next(ln for ln in limits.splitlines() if ln.startswith("Max open files"))
+    assert line.split()[3:5] == [str(hard), str(hard)], line
+    # Children start with the limit the daemon was started with; a request may change it.
+    assert d.client().execute(["sh", "-c", "ulimit -n"]).stdout == f"{soft}\n".encode()
+    procs = Procs(d.client().channel, protos)
+    r = procs.run(["sh", "-c", "ulimit -n"], rlimits=[procs.m.ResourceLimit(name="nofile", soft=64)])
+    assert r.stdout == b"64\n"
