@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "tree.h"
 
 enum { CTL_MEMORY, CTL_PIDS, N_CTL };
 
@@ -24,6 +26,8 @@ struct sbx_cgroups {
      * empty when that controller is not usable. */
     char dir[N_CTL][PATH_MAX];
     char leaf[PATH_MAX + 16]; /* v2: the leaf we moved into */
+    pthread_mutex_t lock;
+    struct sbx_cgroup *graveyard; /* freed while members lived on: removed once empty */
 };
 
 struct sbx_cgroup {
@@ -32,6 +36,7 @@ struct sbx_cgroup {
     int join[SBX_CGROUP_MAX_FDS];
     int n_join;
     uint64_t oom_before;
+    struct sbx_cgroup *next; /* in the graveyard */
 };
 
 /* Writes a string to dir/file; 0 or -errno. */
@@ -187,6 +192,7 @@ int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err)
 
     if (!c)
         return sbx_error_set(err, ENOMEM, "allocate cgroups");
+    pthread_mutex_init(&c->lock, NULL);
     for (int i = 0; i < N_CTL; i++)
         if (cgroup_dir(ctl_names[i], dir, sizeof(dir)) && writable(dir))
             snprintf(c->dir[i], sizeof(c->dir[i]), "%s", dir);
@@ -205,6 +211,17 @@ int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err)
 
 void sbx_cgroups_free(struct sbx_cgroups *c)
 {
+    if (!c)
+        return;
+    sbx_cgroups_sweep(c);
+    while (c->graveyard) {
+        struct sbx_cgroup *g = c->graveyard;
+        c->graveyard = g->next;
+        log_warn(EBUSY, "cgroup %s still has processes: left in place",
+                 g->dir[0][0] ? g->dir[0] : g->dir[1]);
+        free(g);
+    }
+    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
@@ -303,46 +320,36 @@ int sbx_cgroup_join_fds(const struct sbx_cgroup *g, const int **fds)
     return g->n_join;
 }
 
-/* Calls fn on each member of dir; returns how many. */
-static int for_each_member(const char *dir, int (*fn)(pid_t pid, void *arg), void *arg)
+/* Adds the members of the cgroup (dir in arg) not yet in set, stopping each. */
+static int scan_members(struct sbx_pidset *set, void *arg)
 {
     char path[PATH_MAX + 16];
     _cleanup_fclose_ FILE *f = NULL;
     long pid;
-    int n = 0;
+    int added = 0, r;
 
-    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    snprintf(path, sizeof(path), "%s/cgroup.procs", (const char *)arg);
     f = fopen(path, "re");
-    while (f && fscanf(f, "%ld", &pid) == 1)
-        if (fn((pid_t)pid, arg) == 0)
-            n++;
-    return n;
-}
-
-static int kill_one(pid_t pid, void *arg)
-{
-    return kill(pid, *(int *)arg);
+    while (f && fscanf(f, "%ld", &pid) == 1) {
+        if (pid <= 0 || sbx_pidset_has(set, (pid_t)pid))
+            continue;
+        r = sbx_pidset_stop_add(set, (pid_t)pid);
+        if (r < 0)
+            return r;
+        added++;
+    }
+    return added;
 }
 
 int sbx_cgroup_signal(struct sbx_cgroup *g, int sig)
 {
+    struct sbx_pidset set = {0};
     const char *dirs[N_CTL];
-    int nd = dirs_of(g, dirs), total = 0;
 
-    if (nd == 0)
+    if (dirs_of(g, dirs) == 0)
         return 0;
-    if (g->c->v2 && sig == SIGKILL && write_file(dirs[0], "cgroup.kill", "1") == 0)
-        return 1;
-    /* Members forked between the read and the kill show up in the next round. */
-    for (int round = 0; round < (sig == SIGKILL ? 16 : 1); round++) {
-        int n = for_each_member(dirs[0], kill_one, &sig);
-        total += n;
-        if (n == 0)
-            break;
-        if (sig == SIGKILL)
-            usleep(1000);
-    }
-    return total;
+    /* Every member is stopped first (rounds until none is new), so that none forks away. */
+    return sbx_pidset_signal(&set, scan_members, (void *)dirs[0], sig);
 }
 
 bool sbx_cgroup_oom_killed(struct sbx_cgroup *g)
@@ -350,12 +357,20 @@ bool sbx_cgroup_oom_killed(struct sbx_cgroup *g)
     return oom_kills(g) > g->oom_before;
 }
 
-static int move_up(pid_t pid, void *arg)
+/* Removes g's directories; false when members remain (EBUSY). */
+static bool remove_dirs(struct sbx_cgroup *g)
 {
-    char v[32];
+    bool done = true;
 
-    snprintf(v, sizeof(v), "%d", pid);
-    return write_file(arg, "cgroup.procs", v);
+    for (int i = 0; i < N_CTL; i++) {
+        if (!g->dir[i][0])
+            continue;
+        if (rmdir(g->dir[i]) == 0 || errno == ENOENT)
+            g->dir[i][0] = '\0';
+        else
+            done = false;
+    }
+    return done;
 }
 
 void sbx_cgroup_free(struct sbx_cgroup *g)
@@ -364,13 +379,34 @@ void sbx_cgroup_free(struct sbx_cgroup *g)
         return;
     for (int i = 0; i < g->n_join; i++)
         close(g->join[i]);
-    for (int i = 0; i < N_CTL; i++) {
-        if (!g->dir[i][0] || (g->c->v2 && i > 0 && strcmp(g->dir[i], g->dir[0]) == 0))
-            continue;
-        /* A background job the process left behind lives on, in our cgroup. */
-        (void)for_each_member(g->dir[i], move_up, g->c->v2 ? g->c->leaf : g->c->dir[i]);
-        if (rmdir(g->dir[i]) < 0 && errno != ENOENT)
-            log_warn(errno, "cannot remove cgroup %s", g->dir[i]);
+    g->n_join = 0;
+    if (remove_dirs(g)) {
+        free(g);
+        return;
     }
-    free(g);
+    /* What the process left behind lives on, still within its limits: the cgroup goes once it
+     * is empty (sbx_cgroups_sweep). */
+    pthread_mutex_lock(&g->c->lock);
+    g->next = g->c->graveyard;
+    g->c->graveyard = g;
+    pthread_mutex_unlock(&g->c->lock);
+}
+
+void sbx_cgroups_sweep(struct sbx_cgroups *c)
+{
+    struct sbx_cgroup **pp;
+
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (pp = &c->graveyard; *pp;) {
+        struct sbx_cgroup *g = *pp;
+        if (remove_dirs(g)) {
+            *pp = g->next;
+            free(g);
+        } else {
+            pp = &g->next;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
 }

@@ -37,5 +37,9 @@ int sbx_cgroup_signal(struct sbx_cgroup *g, int sig);
 /* The OOM killer killed a member since the cgroup was made. */
 bool sbx_cgroup_oom_killed(struct sbx_cgroup *g);
 
-/* Removes the cgroup; members still alive are moved up to ours first. */
+/* Removes the cgroup; while members live on (what a process left behind) it stays, their limits
+ * with it, until a sweep finds it empty. */
 void sbx_cgroup_free(struct sbx_cgroup *g);
+
+/* Removes the freed cgroups that have become empty. Thread-safe. */
+void sbx_cgroups_sweep(struct sbx_cgroups *c);

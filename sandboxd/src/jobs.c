@@ -87,6 +87,9 @@ static void job_free(void *arg)
     if (job->timer_ok)
         sbx_timer_release(&job->timer);
     sbx_proc_unref(job->proc);
+    /* A timed-out tree dies whole, even when its record goes before the grace is over. */
+    if (job->cg && job->timed_out)
+        (void)sbx_cgroup_signal(job->cg, SIGKILL);
     sbx_cgroup_free(job->cg);
     for (int i = 0; i < 2; i++)
         sbx_ring_release(&job->ring[i]);
@@ -272,9 +275,13 @@ static void on_exit_(void *data, const struct sbx_exit *ex)
     job->ex = *ex;
     clock_gettime(CLOCK_REALTIME, &job->ended);
     job->reason = reason_of(job);
-    job->phase = PHASE_RETAIN;
-    if (timer_locked(job))
-        (void)sbx_timer_arm(&job->timer, job->j->o.retain_ms ? job->j->o.retain_ms : 1);
+    /* After a timeout's SIGTERM the SIGKILL still comes at the end of the grace, for whatever
+     * of the tree outlived the process; the retention starts after it. */
+    if (job->phase != PHASE_GRACE || !job->cg) {
+        job->phase = PHASE_RETAIN;
+        if (timer_locked(job))
+            (void)sbx_timer_arm(&job->timer, job->j->o.retain_ms ? job->j->o.retain_ms : 1);
+    }
     woken = take_woken_locked(job);
     pthread_mutex_unlock(&job->lock);
     log_debug("job %d (pid %d) exited: code %d signal %d", job->id, job->pid, ex->exit_code,
@@ -316,9 +323,11 @@ static void on_timer(struct sbx_timer *t)
         job->phase = PHASE_GRACE;
         a.sig = SIGTERM;
         (void)sbx_timer_arm(&job->timer, job->grace_ms ? job->grace_ms : 1);
-    } else if (phase == PHASE_GRACE && !job->exited) {
-        job->phase = PHASE_NONE;
+    } else if (phase == PHASE_GRACE && (!job->exited || job->cg)) {
         a.sig = SIGKILL;
+        job->phase = job->exited ? PHASE_RETAIN : PHASE_NONE;
+        if (job->exited)
+            (void)sbx_timer_arm(&job->timer, job->j->o.retain_ms ? job->j->o.retain_ms : 1);
     }
     pthread_mutex_unlock(&job->lock);
     if (a.sig) {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <grpc/grpc.h>
 #include <signal.h>
@@ -79,11 +80,12 @@ static struct {
     struct sbx_error cgroups_why;
     struct sbx_jobs_service jobs_service;
     struct sbx_watch signals;
-    struct sbx_timer kill_timer, deadline_timer;
+    struct sbx_timer kill_timer, deadline_timer, trim_timer;
     bool draining;
     bool idle;         /* draining, and no process is left */
     bool grpc_done;    /* draining, and every call has finished */
     bool deadline_hit; /* --shutdown-timeout is over */
+    bool trim_soon;    /* the trim timer is armed for TRIM_DELAY_MS, not the period */
     pid_t main_pid;    /* the main process (sandboxd -- cmd), or 0 */
     bool main_exited;
     int main_status; /* its wait status */
@@ -289,9 +291,33 @@ static void grpc_shut_down(void *arg)
 }
 
 /* No process is left: the only calls that may remain are health watches; end them. */
+/* The allocator gives back what a burst left free (a thousand streams leave ~15 MB otherwise):
+ * shortly after the last process of a burst ends, and every half minute while idle (connections
+ * come and go without processes). */
+#define TRIM_DELAY_MS  2000
+#define TRIM_PERIOD_MS 30000
+
+static void trim_expired(struct sbx_timer *t)
+{
+    (void)t;
+    d.trim_soon = false;
+#ifdef __GLIBC__
+    if (sbx_proctab_count(d.procs) == 0)
+        (void)malloc_trim(0);
+#endif
+    sbx_cgroups_sweep(d.cgroups);
+    if (!d.draining)
+        (void)sbx_timer_arm(&d.trim_timer, TRIM_PERIOD_MS);
+}
+
 static void procs_empty(void *arg)
 {
     (void)arg;
+    if (!d.draining && !d.trim_soon) {
+        /* Not pushed back by every process that ends: a steady trickle must not starve it. */
+        d.trim_soon = true;
+        (void)sbx_timer_arm(&d.trim_timer, TRIM_DELAY_MS);
+    }
     if (d.draining && !d.idle && sbx_proctab_busy(d.procs) == 0) {
         d.idle = true;
         log_info("all processes have exited");
@@ -590,6 +616,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
         (r = sbx_loop_add(d.loop, &d.signals, EPOLLIN, err)) < 0 ||
         (r = sbx_timer_init(&d.kill_timer, d.loop, kill_expired, err)) < 0 ||
         (r = sbx_timer_init(&d.deadline_timer, d.loop, deadline_expired, err)) < 0 ||
+        (r = sbx_timer_init(&d.trim_timer, d.loop, trim_expired, err)) < 0 ||
         (r = sbx_proctab_new(&d.procs, d.loop, &po, err)) < 0 ||
         (r = sbx_jobs_new(&d.jobs, d.loop, d.procs, &jo, err)) < 0 ||
         (r = sbx_health_new(&d.health, err)) < 0 ||
@@ -661,6 +688,10 @@ int main(int argc, char **argv)
     int r;
 
     d.signals.fd = -1;
+#ifdef __GLIBC__
+    /* A few arenas, not one per thread: what one thread frees is found by the others. */
+    (void)mallopt(M_ARENA_MAX, 2);
+#endif
     ensure_stdio();
     r = parse_args(argc, argv);
     if (r != 0)
@@ -676,6 +707,7 @@ int main(int argc, char **argv)
         r = setup(&root, &refl, &err);
     if (r == 0) {
         log_info("sandboxd %s ready (root %s, pid %d)", SANDBOXD_VERSION, root.path, getpid());
+        (void)sbx_timer_arm(&d.trim_timer, TRIM_PERIOD_MS);
         if (arg_command && (main_failed = start_main()) != 0)
             begin_drain("main process could not start");
         r = sbx_loop_run(d.loop, &err);
@@ -692,6 +724,7 @@ int main(int argc, char **argv)
     log_info("sandboxd stopped");
     sbx_timer_release(&d.kill_timer);
     sbx_timer_release(&d.deadline_timer);
+    sbx_timer_release(&d.trim_timer);
     sbx_reflection_free(refl);
     sbx_health_free(d.health);
     sbx_jobs_free(d.jobs);

@@ -16,12 +16,7 @@
 #define MAX_MEMBERS 65536
 #define MAX_ROUNDS  64
 
-struct members {
-    pid_t *pid;
-    size_t n, cap;
-};
-
-static bool has(const struct members *m, pid_t pid)
+bool sbx_pidset_has(const struct sbx_pidset *m, pid_t pid)
 {
     for (size_t i = 0; i < m->n; i++)
         if (m->pid[i] == pid)
@@ -29,8 +24,9 @@ static bool has(const struct members *m, pid_t pid)
     return false;
 }
 
-static int add(struct members *m, pid_t pid)
+int sbx_pidset_stop_add(struct sbx_pidset *m, pid_t pid)
 {
+    (void)kill(pid, SIGSTOP);
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 64;
         pid_t *p;
@@ -71,8 +67,9 @@ static pid_t parent_of(int proc_fd, const char *name)
 }
 
 /* Adds members' children not yet in m, stopping each; returns how many were new, or -errno. */
-static int scan(struct members *m)
+static int scan_children(struct sbx_pidset *m, void *arg)
 {
+    (void)arg;
     _cleanup_close_ int proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d;
     struct dirent *de;
@@ -88,41 +85,52 @@ static int scan(struct members *m)
         long pid = strtol(de->d_name, &end, 10);
         pid_t ppid;
 
-        if (*end || pid <= 0 || has(m, (pid_t)pid))
+        if (*end || pid <= 0 || sbx_pidset_has(m, (pid_t)pid))
             continue;
         ppid = parent_of(proc_fd, de->d_name);
-        if (ppid <= 0 || !has(m, ppid))
+        if (ppid <= 0 || !sbx_pidset_has(m, ppid))
             continue;
-        (void)kill((pid_t)pid, SIGSTOP);
-        r = add(m, (pid_t)pid);
+        r = sbx_pidset_stop_add(m, (pid_t)pid);
         added++;
     }
     closedir(d);
     return r < 0 ? r : added;
 }
 
+int sbx_pidset_signal(struct sbx_pidset *m, int (*scan)(struct sbx_pidset *set, void *arg),
+                      void *arg, int sig)
+{
+    int r = 0, n = 0;
+
+    /* Stopped members cannot fork; one that forked before its stop shows up in the next scan. */
+    for (int round = 0; round < MAX_ROUNDS; round++) {
+        r = scan(m, arg);
+        if (r <= 0)
+            break;
+    }
+    for (size_t i = 0; i < m->n; i++)
+        if (kill(m->pid[i], sig) == 0)
+            n++;
+    if (sig != SIGKILL && sig != SIGSTOP)
+        for (size_t i = 0; i < m->n; i++)
+            (void)kill(m->pid[i], SIGCONT);
+    free(m->pid);
+    m->pid = NULL;
+    m->n = m->cap = 0;
+    return r < 0 && n == 0 ? r : n;
+}
+
 int sbx_tree_signal(pid_t pid, int sig)
 {
-    struct members m = {0};
-    int r, rounds = 0, n = 0;
+    struct sbx_pidset m = {0};
+    int r;
 
     if (kill(pid, 0) < 0)
         return -errno;
-    r = add(&m, pid);
-    if (r == 0 && kill(pid, SIGSTOP) < 0)
-        r = -errno;
-    /* Stopped members cannot fork; one that forked before its stop shows up in the next scan. */
-    while (r >= 0 && rounds++ < MAX_ROUNDS) {
-        r = scan(&m);
-        if (r == 0)
-            break;
+    r = sbx_pidset_stop_add(&m, pid);
+    if (r < 0) {
+        free(m.pid);
+        return r;
     }
-    for (size_t i = 0; i < m.n; i++)
-        if (kill(m.pid[i], sig) == 0)
-            n++;
-    if (sig != SIGKILL && sig != SIGSTOP)
-        for (size_t i = 0; i < m.n; i++)
-            (void)kill(m.pid[i], SIGCONT);
-    free(m.pid);
-    return r < 0 && n == 0 ? r : n;
+    return sbx_pidset_signal(&m, scan_children, NULL, sig);
 }

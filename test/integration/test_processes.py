@@ -5,6 +5,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -478,3 +479,25 @@ def test_fd_limit_raised_for_us_not_for_children(sandboxd_factory, protos):
     procs = Procs(d.client().channel, protos)
     r = procs.run(["sh", "-c", "ulimit -n"], rlimits=[procs.m.ResourceLimit(name="nofile", soft=64)])
     assert r.stdout == b"64\n"
+
+
+def test_leftovers_stay_within_limits(sandboxd, procs, leftovers):
+    # A background process a run leaves behind keeps its cgroup (and so its limits) until it
+    # ends; then the cgroup goes.
+    cgroups_or_skip(sandboxd)
+    r = procs.run(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"],
+                  limits=procs.m.Limits(pids=10))
+    pid = int(r.stdout)
+    leftovers.add(pid)
+    line = next(ln for ln in open(f"/proc/{pid}/cgroup").read().splitlines()
+                if ":pids:" in ln or ln.startswith("0::"))
+    rel = line.split(":", 2)[2]
+    assert "/sandboxd-" in rel, line
+    mount = "/sys/fs/cgroup/pids" if ":pids:" in line else "/sys/fs/cgroup"
+    cg = next(p for p in (Path(mount + rel), Path("/sys/fs/cgroup/unified" + rel)) if p.exists())
+    assert (cg / "pids.max").read_text().strip() == "10"
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: pid_gone(pid), 10, what="the leftover gone")
+    # The daemon sweeps empty cgroups a little after its processes end.
+    sandboxd.client().execute(["true"])
+    wait_until(lambda: not cg.exists(), 40, interval=0.2, what="the empty cgroup removed")
