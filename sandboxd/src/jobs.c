@@ -286,8 +286,9 @@ static void on_exit_(void *data, const struct sbx_exit *ex)
     pthread_mutex_unlock(&job->lock);
     log_debug("job %d (pid %d) exited: code %d signal %d", job->id, job->pid, ex->exit_code,
               ex->signal);
-    wake_all(woken);
+    /* Trimmed before the waiters hear of the exit: a list they make then is within the bound. */
     trim_exited(job->j);
+    wake_all(woken);
     sbx_job_unref(job); /* the sink's */
 }
 
