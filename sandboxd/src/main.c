@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "cleanup.h"
 #include "grpc_health.h"
 #include "grpc_process.h"
@@ -25,6 +26,7 @@
 #include "parse.h"
 #include "path.h"
 #include "proc.h"
+#include "seccomp_profile.h"
 #include "spawn.h"
 
 #ifndef SANDBOXD_VERSION
@@ -53,6 +55,10 @@ static long long arg_http_threads = 4;
 static long long arg_http_max_connections = 2048;
 static long long arg_max_upload_bytes = 16LL << 30;
 static long long arg_max_processes = 1024;
+static const char *arg_token_file;
+static bool arg_metrics_auth = true;
+static enum sbx_seccomp_profile arg_seccomp = SBX_SECCOMP_DEFAULT;
+static bool arg_no_new_privs = true;
 
 /* Everything the loop's callbacks reach. */
 static struct {
@@ -63,6 +69,8 @@ static struct {
     struct sbx_health *health;
     struct sbx_process_service process;
     struct sbx_watch signals;
+    struct sbx_auth *auth;     /* NULL: no token, everything open */
+    struct sock_fprog seccomp; /* empty: no filter */
     struct sbx_timer kill_timer, deadline_timer;
     bool draining;
     bool idle; /* draining, and no process is left */
@@ -102,6 +110,22 @@ static int opt_bytes(const char *v, void *dst)
 static int opt_count(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 1 << 20, dst);
+}
+
+static int opt_bool(const char *v, void *dst)
+{
+    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+        *(bool *)dst = true;
+    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+        *(bool *)dst = false;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+static int opt_seccomp(const char *v, void *dst)
+{
+    return sbx_seccomp_parse_profile(v, dst);
 }
 
 static int opt_log_level(const char *v, void *dst)
@@ -152,6 +176,12 @@ static const struct option_def {
      "processes at once; beyond, RESOURCE_EXHAUSTED (1024)"},
     {"max-upload-bytes", opt_bytes, &arg_max_upload_bytes,
      "largest upload, 0 for no limit (16 GiB)"},
+    {"token-file", opt_string, &arg_token_file,
+     "file holding the bearer token every call needs (or env SANDBOXD_TOKEN)"},
+    {"metrics-auth", opt_bool, &arg_metrics_auth, "/metrics needs the token too, when set (true)"},
+    {"seccomp", opt_seccomp, &arg_seccomp, "seccomp profile of spawned processes: default or off"},
+    {"no-new-privs", opt_bool, &arg_no_new_privs,
+     "no_new_privs on spawned processes; false needs --seccomp=off (true)"},
     {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", opt_log_format, NULL, "text or json (text)"},
 };
@@ -373,6 +403,8 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
         .metadata_prefix = arg_metadata_env_prefix,
         .ready = ready,
         .alive = loop_alive,
+        .auth = d.auth,
+        .metrics_open = !arg_metrics_auth,
     };
     int port = sbx_http_start(&d.http, &o, err);
 
@@ -406,6 +438,32 @@ static int listen_all(struct sbx_error *err)
     return 0;
 }
 
+/* The token (from --token-file or SANDBOXD_TOKEN, never both) and the isolation of children. */
+static int setup_security(struct sbx_error *err)
+{
+    const char *env = getenv("SANDBOXD_TOKEN");
+    int r = 0;
+
+    if (env && arg_token_file)
+        return sbx_error_set(err, EINVAL, "both --token-file and SANDBOXD_TOKEN are set");
+    if (arg_token_file)
+        r = sbx_auth_load_file(arg_token_file, &d.auth, err);
+    else if (env && (r = sbx_auth_new(env, strlen(env), &d.auth, err)) < 0)
+        sbx_error_wrap(err, "SANDBOXD_TOKEN");
+    /* Our children inherit our environment: the token is not theirs to read. */
+    (void)unsetenv("SANDBOXD_TOKEN");
+    if (r < 0)
+        return r;
+    if (!arg_no_new_privs && arg_seccomp != SBX_SECCOMP_OFF)
+        return sbx_error_set(err, EINVAL, "--no-new-privs=false needs --seccomp=off");
+    if ((r = sbx_seccomp_build(arg_seccomp, &d.seccomp, err)) < 0)
+        return r;
+    sbx_spawn_set_isolation(d.seccomp.filter ? &d.seccomp : NULL, arg_no_new_privs);
+    log_info("auth %s; seccomp %s; no_new_privs %s", d.auth ? "on (bearer token)" : "off",
+             arg_seccomp == SBX_SECCOMP_OFF ? "off" : "default", arg_no_new_privs ? "on" : "off");
+    return 0;
+}
+
 static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx_error *err)
 {
     struct sbx_proctab_opts po = {.chunk_size = (size_t)arg_stream_chunk_size,
@@ -414,7 +472,8 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
                                   .on_empty = procs_empty};
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,
-                               .threads = (int)arg_grpc_threads};
+                               .threads = (int)arg_grpc_threads,
+                               .auth = d.auth};
     int r;
 
     if ((r = sbx_root_open(root, arg_root_dir, err)) < 0 || (r = sbx_loop_new(&d.loop, err)) < 0 ||
@@ -455,6 +514,8 @@ int main(int argc, char **argv)
     if (r == 0 && getpid() != 1)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
     if (r == 0)
+        r = setup_security(&err);
+    if (r == 0)
         r = setup(&root, &refl, &err);
     if (r == 0) {
         log_info("sandboxd %s ready (root %s, pid %d)", SANDBOXD_VERSION, root.path, getpid());
@@ -478,5 +539,7 @@ int main(int argc, char **argv)
     sbx_closep(&d.signals.fd);
     sbx_loop_free(d.loop);
     sbx_root_release(&root);
+    sbx_auth_free(d.auth);
+    sbx_seccomp_release(&d.seccomp);
     return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

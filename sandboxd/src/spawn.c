@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -66,6 +68,16 @@ static void *get_child_stack(void)
         child_stack = s;
     }
     return (char *)child_stack + CHILD_STACK_SIZE;
+}
+
+/* Isolation of every child (sbx_spawn_set_isolation). */
+static const struct sock_fprog *iso_seccomp;
+static bool iso_no_new_privs;
+
+void sbx_spawn_set_isolation(const struct sock_fprog *seccomp, bool no_new_privs)
+{
+    iso_seccomp = seccomp;
+    iso_no_new_privs = no_new_privs;
 }
 
 /* What the child reads, prepared by the parent. */
@@ -157,6 +169,11 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         goto fail;
     /* Anything a library opened without O_CLOEXEC must not leak into user code. */
     (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    /* Last, so that nothing above runs under the filter; execve itself stays allowed. */
+    if (iso_no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) < 0)
+        goto fail;
+    if (iso_seccomp && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, iso_seccomp, 0L, 0L) < 0)
+        goto fail;
     execve(s->path, s->argv, s->envp);
 fail:
     a->error = errno ? errno : EINVAL;

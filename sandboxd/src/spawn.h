@@ -7,6 +7,8 @@
 
 #include "error.h"
 
+struct sock_fprog;
+
 struct sbx_spawn {
     const char *path;  /* executable, resolved (sbx_spawn_lookup) or containing a '/' */
     char *const *argv; /* NULL-terminated */
@@ -34,6 +36,11 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
 /* Finds name in the colon-separated search path (a default one when NULL), as execvp does.
  * A name containing '/' is returned as is. *ret is malloc'ed. Returns 0, -ENOENT or -EACCES. */
 int sbx_spawn_lookup(const char *name, const char *search_path, char **ret, struct sbx_error *err);
+
+/* Isolation of every child from now on, applied just before it execs: no_new_privs, then the
+ * seccomp program when not NULL (borrowed: it must outlive every spawn). Call before the first
+ * spawn, while no other thread spawns. */
+void sbx_spawn_set_isolation(const struct sock_fprog *seccomp, bool no_new_privs);
 
 /* Checks that a child can be created right now (pids, memory): clones one that exits at once,
  * left for the reaper. Returns 0 or -errno. */

@@ -1,0 +1,107 @@
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "tap.h"
+
+static char dir[] = "/tmp/sbx-test-auth-XXXXXX";
+
+static const char *write_file(const char *name, const char *content, size_t len)
+{
+    static char path[256];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "w");
+    if (!f || fwrite(content, 1, len, f) != len || fclose(f) != 0)
+        abort();
+    return path;
+}
+
+static enum sbx_auth_verdict check(const struct sbx_auth *a, const char *value)
+{
+    return sbx_auth_check(a, value, value ? strlen(value) : 0);
+}
+
+static void load(const char *name, const char *content, size_t len, int want)
+{
+    struct sbx_error err = {0};
+    struct sbx_auth *a = NULL;
+    int r = sbx_auth_load_file(write_file(name, content, len), &a, &err);
+
+    ok(r == want, "load %s -> %d (want %d): %s", name, r, want, r < 0 ? err.msg : "ok");
+    ok(r < 0 || check(a, "Bearer s3cret-T0ken") == SBX_AUTH_OK ||
+           (len >= SBX_AUTH_MAX_TOKEN && sbx_auth_check(a, "Bearer", 6) == SBX_AUTH_MALFORMED),
+       "%s: the token is s3cret-T0ken", name);
+    ok(r == 0 || !strstr(err.msg, "s3cret"), "%s: the error does not show the token", name);
+    sbx_auth_free(a);
+}
+
+int main(void)
+{
+    struct sbx_error err = {0};
+    struct sbx_auth *a = NULL;
+    char big[SBX_AUTH_MAX_TOKEN + 2];
+    char *path;
+
+    if (!mkdtemp(dir))
+        return 1;
+    load("plain", "s3cret-T0ken", 12, 0);
+    load("newline", "s3cret-T0ken\n", 13, 0);
+    load("crlf", "s3cret-T0ken\r\n", 14, 0);
+    load("empty", "", 0, -EINVAL);
+    load("only-newline", "\n", 1, -EINVAL);
+    load("two-newlines", "s3cret-T0ken\n\n", 14, -EINVAL);
+    load("inner-space", "s3cret T0ken", 12, -EINVAL);
+    load("nul", "s3cret\0T0ken", 12, -EINVAL);
+    memset(big, 'x', sizeof(big));
+    load("too-long", big, sizeof(big), -EINVAL);
+    load("longest", big, SBX_AUTH_MAX_TOKEN, 0);
+    {
+        char hdr[SBX_AUTH_MAX_TOKEN + 8] = "Bearer ";
+        memcpy(hdr + 7, big, SBX_AUTH_MAX_TOKEN);
+        ok(sbx_auth_new(big, SBX_AUTH_MAX_TOKEN, &a, &err) == 0 &&
+               sbx_auth_check(a, hdr, 7 + SBX_AUTH_MAX_TOKEN) == SBX_AUTH_OK,
+           "the longest token is accepted");
+        sbx_auth_free(a);
+    }
+    ok(sbx_auth_load_file("/nonexistent/token", &a, &err) == -ENOENT &&
+           strstr(err.msg, "/nonexistent/token"),
+       "a missing file is ENOENT, named: %s", err.msg);
+    ok(sbx_auth_load_file(dir, &a, &err) == -EINVAL, "a directory is refused: %s", err.msg);
+    if (asprintf(&path, "%s/fifo", dir) < 0 || mkfifo(path, 0600) < 0)
+        return 1;
+    ok(sbx_auth_load_file(path, &a, &err) == -EINVAL, "a FIFO is refused at once: %s", err.msg);
+    unlink(path);
+    free(path);
+
+    ok(sbx_auth_new("tok", 3, &a, &err) == 0, "new");
+    ok(check(a, "Bearer tok") == SBX_AUTH_OK, "right token");
+    ok(check(a, "bearer tok") == SBX_AUTH_OK, "scheme in lower case");
+    ok(check(a, "BEARER   tok  ") == SBX_AUTH_OK, "scheme in upper case, spaces around");
+    ok(sbx_auth_check(a, "Bearer tokXYZ", 10) == SBX_AUTH_OK, "not NUL-terminated");
+    ok(check(a, NULL) == SBX_AUTH_MISSING, "no header");
+    ok(check(a, "") == SBX_AUTH_MISSING, "empty header");
+    ok(check(a, "  ") == SBX_AUTH_MISSING, "blank header");
+    ok(check(a, "Bearer") == SBX_AUTH_MALFORMED, "scheme alone");
+    ok(check(a, "Bearer   ") == SBX_AUTH_MALFORMED, "scheme and spaces");
+    ok(check(a, "Basic dG9rOg==") == SBX_AUTH_MALFORMED, "another scheme");
+    ok(check(a, "tok") == SBX_AUTH_MALFORMED, "the token without a scheme");
+    ok(check(a, "Bearertok") == SBX_AUTH_MALFORMED, "no space after the scheme");
+    ok(check(a, "Bearer to") == SBX_AUTH_WRONG, "a prefix of the token");
+    ok(check(a, "Bearer tok2") == SBX_AUTH_WRONG, "the token and more");
+    ok(check(a, "Bearer TOK") == SBX_AUTH_WRONG, "the token in another case");
+    ok(check(a, "Bearer t ok") == SBX_AUTH_WRONG, "the token with a space inside");
+    ok(strcmp(sbx_auth_verdict_message(SBX_AUTH_WRONG), "invalid bearer token") == 0, "message");
+    sbx_auth_free(a);
+    sbx_auth_free(NULL);
+    ok(sbx_auth_new("a b", 3, &a, &err) == -EINVAL, "a space in a token is refused");
+    ok(sbx_auth_new("", 0, &a, &err) == -EINVAL, "an empty token is refused");
+    rmdir(dir);
+    return done_testing();
+}
