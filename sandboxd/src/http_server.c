@@ -248,6 +248,23 @@ static bool authenticate(struct hctx *c, const struct route *rt, enum MHD_Result
     return false;
 }
 
+/* A client that waits for "100 Continue" before it sends its body, and lacks the token, is
+ * answered 401 at once: its body is never sent, and the connection is closed after the answer
+ * (which a body that might follow needs anyway). Other refusals wait for the body's end. */
+static enum MHD_Result refuse_before_continue(struct hctx *c, const char *url)
+{
+    const char *expect = http_header(c, MHD_HTTP_HEADER_EXPECT);
+    const struct route *rt;
+    const char *rest;
+    enum MHD_Result ret;
+
+    if (!c->h->o.auth || !expect || strcasecmp(expect, "100-continue") != 0)
+        return MHD_YES;
+    rt = find_route(url, &rest);
+    c->body_done = true; /* nothing of it will be read */
+    return authenticate(c, rt, &ret) ? MHD_YES : ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
@@ -269,7 +286,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         c.r->tar_dirfd = -1;
         *req_cls = c.r;
-        return MHD_YES;
+        return refuse_before_continue(&c, url);
     }
     if (c.r->responded) {
         struct MHD_Response *resp = c.r->pending;

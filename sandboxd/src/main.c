@@ -458,6 +458,8 @@ static int setup_security(struct sbx_error *err)
         return sbx_error_set(err, EINVAL, "--no-new-privs=false needs --seccomp=off");
     if ((r = sbx_seccomp_build(arg_seccomp, &d.seccomp, err)) < 0)
         return r;
+    if (arg_no_new_privs && sbx_seccomp_check(d.seccomp.filter ? &d.seccomp : NULL, err) < 0)
+        return sbx_error_wrap(err, "isolation of spawned processes (--seccomp=off to go without)");
     sbx_spawn_set_isolation(d.seccomp.filter ? &d.seccomp : NULL, arg_no_new_privs);
     log_info("auth %s; seccomp %s; no_new_privs %s", d.auth ? "on (bearer token)" : "off",
              arg_seccomp == SBX_SECCOMP_OFF ? "off" : "default", arg_no_new_privs ? "on" : "off");

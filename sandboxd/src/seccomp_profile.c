@@ -7,8 +7,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -185,6 +188,31 @@ int sbx_seccomp_build(enum sbx_seccomp_profile p, struct sock_fprog *ret, struct
     if (r < 0)
         return r;
     return export_bpf(ctx, ret, err);
+}
+
+int sbx_seccomp_check(const struct sock_fprog *prog, struct sbx_error *err)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return sbx_error_set(err, errno, "fork");
+    if (pid == 0) {
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) < 0)
+            _exit(1);
+        if (prog && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0L, 0L) < 0)
+            _exit(errno == EINVAL ? 2 : 3);
+        _exit(0);
+    }
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return sbx_error_set(err, errno, "waitpid");
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 1)
+        return sbx_error_set(err, EOPNOTSUPP, "the kernel refuses no_new_privs");
+    return sbx_error_set(err, EOPNOTSUPP, "the kernel refuses the seccomp filter (status %#x)",
+                         (unsigned)status);
 }
 
 void sbx_seccomp_release(struct sock_fprog *prog)

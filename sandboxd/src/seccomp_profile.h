@@ -28,6 +28,12 @@ int sbx_seccomp_parse_profile(const char *s, enum sbx_seccomp_profile *ret);
  * program: filter NULL, len 0). Returns 0 or -errno. */
 int sbx_seccomp_build(enum sbx_seccomp_profile p, struct sock_fprog *ret, struct sbx_error *err);
 
+/* Checks that the kernel takes the program (and no_new_privs): loads both in a child of ours
+ * that exits at once. A kernel without seccomp filters (or a sandbox that refuses them) is
+ * better told at start-up than by every spawn failing. Call while no other thread runs: it
+ * forks. Returns 0 or -errno. */
+int sbx_seccomp_check(const struct sock_fprog *prog, struct sbx_error *err);
+
 /* Frees the program and empties it. Accepts an empty one. */
 void sbx_seccomp_release(struct sock_fprog *prog);
 

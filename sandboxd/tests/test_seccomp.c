@@ -113,6 +113,14 @@ int main(void)
        "off builds an empty program");
     ok(sbx_seccomp_build(SBX_SECCOMP_DEFAULT, &prog, &err) == 0 && prog.filter && prog.len > 10,
        "default builds a program of %u instructions", prog.len);
+    ok(sbx_seccomp_check(&prog, &err) == 0, "the kernel takes the program");
+    ok(sbx_seccomp_check(NULL, &err) == 0, "the kernel takes no_new_privs alone");
+    {
+        struct sock_filter bad_insn = {.code = 0xffff};
+        struct sock_fprog bad = {.len = 1, .filter = &bad_insn};
+        ok(sbx_seccomp_check(&bad, &err) == -EOPNOTSUPP && strstr(err.msg, "refuses"),
+           "a program the kernel refuses is told: %s", err.msg);
+    }
     res = mmap(NULL, sizeof(*res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (res == MAP_FAILED)
         return 1;

@@ -274,6 +274,36 @@ def test_rest_keep_alive_after_401(authd):
     assert not (authd.root / "ka.txt").exists()
 
 
+def test_rest_refused_before_100_continue(authd):
+    """A client that waits for 100 Continue is refused before it sends a byte of its body."""
+    import socket
+    with socket.create_connection(("127.0.0.1", authd.rest_port), timeout=10) as s:
+        s.sendall(b"PUT /v1/files/huge.bin HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n"
+                  b"Expect: 100-continue\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(4096)
+            assert chunk, f"connection closed after {data!r}"
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 401 "), data
+    assert not (authd.root / "huge.bin").exists()
+    # The same with the token: the daemon asks for the body.
+    with socket.create_connection(("127.0.0.1", authd.rest_port), timeout=10) as s:
+        s.sendall(b"PUT /v1/files/small.bin HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                  b"Expect: 100-continue\r\nAuthorization: Bearer " + TOKEN.encode() +
+                  b"\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue"), "100 Continue"
+        s.sendall(b"abc")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(4096)
+            assert chunk, f"connection closed after {data!r}"
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 204 "), data
+    assert (authd.root / "small.bin").read_bytes() == b"abc"
+    (authd.root / "small.bin").unlink()
+
+
 def test_curl_with_header(authd):
     from conftest import run_curl
     url = f"{authd.rest_url}/v1/files/"
