@@ -313,11 +313,11 @@ static enum MHD_Result route(struct hctx *c, const char *url, const char *method
     const struct route *rt;
     enum MHD_Result ret;
 
-    if (info && info->socket_context && *(bool *)info->socket_context)
-        return http_respond_error(c, 400, "INVALID_ARGUMENT", "NUL byte in the URL");
     rt = find_route(url, &c->path);
     if (!authenticate(c, rt, &ret))
         return ret;
+    if (info && info->socket_context && *(bool *)info->socket_context)
+        return http_respond_error(c, 400, "INVALID_ARGUMENT", "NUL byte in the URL");
     if (!rt)
         return http_respond_error(c, 404, "NOT_FOUND", "no such route");
     if (!method_allowed(rt, method)) {

@@ -181,9 +181,10 @@ int sbx_seccomp_build(enum sbx_seccomp_profile p, struct sock_fprog *ret, struct
      * refused (on x86_64, libseccomp sends x32 numbers here too). We set no_new_privs ourselves
      * and optimise the filter into a binary tree: a denylist is walked on every allowed call. */
     if ((r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(ENOSYS))) < 0 ||
-        (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0)) < 0 ||
-        (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)) < 0)
+        (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0)) < 0)
         return sbx_error_set(err, -r, "seccomp filter attributes");
+    /* libseccomp before 2.5 has no binary tree: the same filter, only slower. */
+    (void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
     r = add_rules(ctx, err);
     if (r < 0)
         return r;

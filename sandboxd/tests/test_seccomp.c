@@ -17,6 +17,7 @@
 #include "tap.h"
 
 #define MAX_RESULTS 128
+#define NO_I386     (-1000000L) /* the kernel has no i386 entry point */
 
 /* What the filtered child saw, in memory shared with us: errno of each attempt, 0 for success. */
 struct results {
@@ -92,7 +93,17 @@ static void filtered_child(const struct sock_fprog *prog, struct results *res)
     res->getpid_ok = getpid() > 0;
     res->x32_getpid = err_of(syscall(0x40000000L | SYS_getpid));
 #if defined(__x86_64__)
-    res->int80_getpid = int80_getpid();
+    /* In a child of its own: a kernel without the i386 entry point kills it (SIGSEGV). */
+    {
+        pid_t pid = fork();
+        int status = 0;
+        if (pid == 0) {
+            res->int80_getpid = int80_getpid();
+            _exit(0);
+        }
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+            res->int80_getpid = NO_I386;
+    }
 #endif
     _exit(0);
 }
@@ -144,8 +155,11 @@ int main(void)
     ok(res->getpid_ok == 1, "getpid works");
     ok(res->x32_getpid == ENOSYS, "an x32 system call: ENOSYS");
 #if defined(__x86_64__)
-    ok(res->int80_getpid == -ENOSYS, "an i386 system call (int 0x80): ENOSYS (got %ld)",
-       res->int80_getpid);
+    if (res->int80_getpid == NO_I386)
+        printf("# skip: this kernel has no i386 entry point (int 0x80 killed the child)\n");
+    else
+        ok(res->int80_getpid == -ENOSYS, "an i386 system call (int 0x80): ENOSYS (got %ld)",
+           res->int80_getpid);
 #endif
     sbx_seccomp_release(&prog);
     ok(!prog.filter && prog.len == 0, "release empties");

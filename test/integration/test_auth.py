@@ -144,6 +144,7 @@ def test_grpc_health_stays_open(authd, tools):
     w = c.watch(timeout=5)
     assert next(w).status == 1
     w.cancel()
+    c.raw_unary("/grpc.health.v1.Health/List", b"")  # an empty HealthListRequest: OK
     p = subprocess.run([str(tools["grpc-health-probe"]), "-addr", authd.target],
                        capture_output=True, timeout=15)
     assert p.returncode == 0, p
@@ -232,6 +233,33 @@ def test_rest_accepted_with_the_token(authd):
     (authd.root / "moved.txt").unlink()
     (authd.root / "newdir").rmdir()
     (authd.root / "new.txt").unlink()
+
+
+def test_rest_matches_the_openapi_security(authd):
+    """api/openapi.yaml says which operations need the token: the live daemon agrees, and its
+    401 answers are what the document describes."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML (Debian python3-yaml) reads the document")
+    from conftest import REPO
+    with open(REPO / "api" / "openapi.yaml") as f:
+        doc = yaml.safe_load(f)
+    scheme = doc["components"]["securitySchemes"]["bearerAuth"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    codes = doc["components"]["schemas"]["Error"]["properties"]["code"]["enum"]
+    checked = 0
+    for path, item in doc["paths"].items():
+        for method in ("get", "head", "put", "post", "delete"):
+            if method not in item:
+                continue
+            op = item[method]
+            protected = bool(op.get("security", doc.get("security", [])))
+            assert ("401" in op["responses"]) == protected, (path, method)
+            url = path.replace("{path}", "f.txt")
+            r = http_request(authd.rest_port, method.upper(), url)
+            assert (r.status == 401) == protected, (method, url, r)
+            if protected and method != "head":
+                assert r.json()["code"] in codes
+            checked += 1
+    assert checked >= 25, checked
 
 
 def test_rest_health_stays_open(authd):
