@@ -350,7 +350,7 @@ static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
             fallback_arm(next);
         }
     }
-    /* Unknown methods are no secret's keepers, but a caller without the token learns nothing. */
+    /* A caller without the token learns not even which methods exist. */
     if (!call_authenticated(f->srv, f->call, NULL, &f->md, &v)) {
         code = GRPC_STATUS_UNAUTHENTICATED;
         snprintf(msg, sizeof(msg), "%s", sbx_auth_verdict_message(v));

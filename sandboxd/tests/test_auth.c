@@ -28,17 +28,23 @@ static enum sbx_auth_verdict check(const struct sbx_auth *a, const char *value)
     return sbx_auth_check(a, value, value ? strlen(value) : 0);
 }
 
-static void load(const char *name, const char *content, size_t len, int want)
+/* Loads a token file; on success, the token must be want_token. */
+static void load(const char *name, const char *content, size_t len, const char *want_token)
 {
     struct sbx_error err = {0};
     struct sbx_auth *a = NULL;
     int r = sbx_auth_load_file(write_file(name, content, len), &a, &err);
+    char *hdr = NULL;
 
-    ok(r == want, "load %s -> %d (want %d): %s", name, r, want, r < 0 ? err.msg : "ok");
-    ok(r < 0 || check(a, "Bearer s3cret-T0ken") == SBX_AUTH_OK ||
-           (len >= SBX_AUTH_MAX_TOKEN && sbx_auth_check(a, "Bearer", 6) == SBX_AUTH_MALFORMED),
-       "%s: the token is s3cret-T0ken", name);
-    ok(r == 0 || !strstr(err.msg, "s3cret"), "%s: the error does not show the token", name);
+    if (want_token) {
+        ok(r == 0, "load %s: %s", name, r < 0 ? err.msg : "ok");
+        ok(r == 0 && asprintf(&hdr, "Bearer %s", want_token) > 0 && check(a, hdr) == SBX_AUTH_OK,
+           "%s: the token is as expected", name);
+    } else {
+        ok(r == -EINVAL, "load %s: refused (%d): %s", name, r, err.msg);
+        ok(!strstr(err.msg, "s3cret"), "%s: the error does not show the token", name);
+    }
+    free(hdr);
     sbx_auth_free(a);
 }
 
@@ -51,25 +57,18 @@ int main(void)
 
     if (!mkdtemp(dir))
         return 1;
-    load("plain", "s3cret-T0ken", 12, 0);
-    load("newline", "s3cret-T0ken\n", 13, 0);
-    load("crlf", "s3cret-T0ken\r\n", 14, 0);
-    load("empty", "", 0, -EINVAL);
-    load("only-newline", "\n", 1, -EINVAL);
-    load("two-newlines", "s3cret-T0ken\n\n", 14, -EINVAL);
-    load("inner-space", "s3cret T0ken", 12, -EINVAL);
-    load("nul", "s3cret\0T0ken", 12, -EINVAL);
+    load("plain", "s3cret-T0ken", 12, "s3cret-T0ken");
+    load("newline", "s3cret-T0ken\n", 13, "s3cret-T0ken");
+    load("crlf", "s3cret-T0ken\r\n", 14, "s3cret-T0ken");
+    load("empty", "", 0, NULL);
+    load("only-newline", "\n", 1, NULL);
+    load("two-newlines", "s3cret-T0ken\n\n", 14, NULL);
+    load("inner-space", "s3cret T0ken", 12, NULL);
+    load("nul", "s3cret\0T0ken", 12, NULL);
     memset(big, 'x', sizeof(big));
-    load("too-long", big, sizeof(big), -EINVAL);
-    load("longest", big, SBX_AUTH_MAX_TOKEN, 0);
-    {
-        char hdr[SBX_AUTH_MAX_TOKEN + 8] = "Bearer ";
-        memcpy(hdr + 7, big, SBX_AUTH_MAX_TOKEN);
-        ok(sbx_auth_new(big, SBX_AUTH_MAX_TOKEN, &a, &err) == 0 &&
-               sbx_auth_check(a, hdr, 7 + SBX_AUTH_MAX_TOKEN) == SBX_AUTH_OK,
-           "the longest token is accepted");
-        sbx_auth_free(a);
-    }
+    load("too-long", big, sizeof(big), NULL);
+    big[SBX_AUTH_MAX_TOKEN] = '\0';
+    load("longest", big, SBX_AUTH_MAX_TOKEN, big);
     ok(sbx_auth_load_file("/nonexistent/token", &a, &err) == -ENOENT &&
            strstr(err.msg, "/nonexistent/token"),
        "a missing file is ENOENT, named: %s", err.msg);
