@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,6 +20,10 @@
 
 struct sbx_auth {
     uint8_t digest[DIGEST_LEN]; /* SHA-256 of the token */
+    pthread_mutex_t log_lock;   /* guards the three below */
+    uint64_t log_second;        /* the second the count is of */
+    unsigned log_count;         /* refusals logged in it */
+    uint64_t suppressed;        /* not logged since the last that was */
 };
 
 static int sha256(const void *data, size_t len, uint8_t out[DIGEST_LEN])
@@ -45,8 +50,9 @@ int sbx_auth_new(const char *token, size_t len, struct sbx_auth **ret, struct sb
     a = calloc(1, sizeof(*a));
     if (!a)
         return sbx_error_set(err, ENOMEM, "allocate authenticator");
+    pthread_mutex_init(&a->log_lock, NULL);
     if (sha256(token, len, a->digest) < 0) {
-        free(a);
+        sbx_auth_free(a);
         return sbx_error_set(err, EIO, "hash the token");
     }
     *ret = a;
@@ -142,6 +148,27 @@ enum sbx_auth_verdict sbx_auth_check(const struct sbx_auth *a, const char *value
     return CRYPTO_memcmp(digest, a->digest, DIGEST_LEN) == 0 ? SBX_AUTH_OK : SBX_AUTH_WRONG;
 }
 
+bool sbx_auth_log_allowed(struct sbx_auth *a, uint64_t now_s, uint64_t *ret_suppressed)
+{
+    bool allowed;
+
+    pthread_mutex_lock(&a->log_lock);
+    if (now_s != a->log_second) {
+        a->log_second = now_s;
+        a->log_count = 0;
+    }
+    allowed = a->log_count < SBX_AUTH_LOG_PER_SECOND;
+    if (allowed) {
+        a->log_count++;
+        *ret_suppressed = a->suppressed;
+        a->suppressed = 0;
+    } else {
+        a->suppressed++;
+    }
+    pthread_mutex_unlock(&a->log_lock);
+    return allowed;
+}
+
 const char *sbx_auth_verdict_message(enum sbx_auth_verdict v)
 {
     switch (v) {
@@ -161,6 +188,7 @@ void sbx_auth_free(struct sbx_auth *a)
 {
     if (!a)
         return;
+    pthread_mutex_destroy(&a->log_lock);
     explicit_bzero(a, sizeof(*a));
     free(a);
 }

@@ -5,7 +5,9 @@
  * length show in the time a check takes. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -35,6 +37,15 @@ int sbx_auth_load_file(const char *path, struct sbx_auth **ret, struct sbx_error
  * regard to case (RFC 7235), spaces around the token ignored. value may be NULL (no header);
  * it need not be NUL-terminated. Thread-safe. */
 enum sbx_auth_verdict sbx_auth_check(const struct sbx_auth *a, const char *value, size_t len);
+
+/* Refusals logged per second at most; the rest are counted and told with the next one logged. */
+#define SBX_AUTH_LOG_PER_SECOND 5
+
+/* Whether a refusal at now_s (seconds of a monotonic clock) may be logged: at most
+ * SBX_AUTH_LOG_PER_SECOND in a second, so a client hammering us cannot flood the log. When it
+ * may, *ret_suppressed is the number of refusals not logged since the last one that was.
+ * Thread-safe. */
+bool sbx_auth_log_allowed(struct sbx_auth *a, uint64_t now_s, uint64_t *ret_suppressed);
 
 /* A short, fixed description of a verdict, safe to log and to send to the client. */
 const char *sbx_auth_verdict_message(enum sbx_auth_verdict v);

@@ -1,6 +1,7 @@
 #include "grpc_server.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -8,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "auth.h"
 #include "cleanup.h"
@@ -255,6 +257,8 @@ static bool call_authenticated(struct sbx_grpc *s, grpc_call *call, const char *
                                const grpc_metadata_array *md, enum sbx_auth_verdict *ret)
 {
     enum sbx_auth_verdict v = SBX_AUTH_OK;
+    uint64_t suppressed = 0;
+    char more[64] = "";
     char *peer;
 
     if (!s->opts.auth)
@@ -266,9 +270,14 @@ static bool call_authenticated(struct sbx_grpc *s, grpc_call *call, const char *
     *ret = v;
     if (v == SBX_AUTH_OK)
         return true;
+    if (!sbx_auth_log_allowed(s->opts.auth, (uint64_t)time(NULL), &suppressed))
+        return false;
+    if (suppressed)
+        snprintf(more, sizeof(more), " (and %" PRIu64 " not logged before)", suppressed);
     peer = grpc_call_get_peer(call);
-    log_info("grpc: unauthenticated call of %s from %s: %s", method ? method : "an unknown method",
-             peer ? peer : "?", sbx_auth_verdict_message(v));
+    log_info("grpc: unauthenticated call of %s from %s: %s%s",
+             method ? method : "an unknown method", peer ? peer : "?", sbx_auth_verdict_message(v),
+             more);
     gpr_free(peer);
     return false;
 }

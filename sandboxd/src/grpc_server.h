@@ -44,7 +44,7 @@ struct sbx_grpc_opts {
     int threads;
     /* When set, every call but those of grpc.health.v1 and server reflection needs the metadata
      * "authorization: Bearer <token>"; UNAUTHENTICATED otherwise. Borrowed. */
-    const struct sbx_auth *auth;
+    struct sbx_auth *auth;
 };
 
 int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sbx_error *err);

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,6 +226,8 @@ static bool authenticate(struct hctx *c, const struct route *rt, enum MHD_Result
 {
     struct auth_header a = {0};
     enum sbx_auth_verdict v;
+    uint64_t suppressed = 0;
+    char more[64] = "";
     struct MHD_Response *resp;
 
     if (!c->h->o.auth || (rt && rt->access == ROUTE_OPEN) ||
@@ -235,8 +238,12 @@ static bool authenticate(struct hctx *c, const struct route *rt, enum MHD_Result
     if (v == SBX_AUTH_OK)
         return true;
     /* The route, not the URL: a client's bytes do not go into our log unescaped. */
-    log_info("http: unauthenticated request of %s: %s", rt ? rt->prefix : "an unknown route",
-             sbx_auth_verdict_message(v));
+    if (sbx_auth_log_allowed(c->h->o.auth, (uint64_t)time(NULL), &suppressed)) {
+        if (suppressed)
+            snprintf(more, sizeof(more), " (and %" PRIu64 " not logged before)", suppressed);
+        log_info("http: unauthenticated request of %s: %s%s", rt ? rt->prefix : "an unknown route",
+                 sbx_auth_verdict_message(v), more);
+    }
     resp = json_response(
         json_pack("{s:s, s:s}", "code", "UNAUTHENTICATED", "message", sbx_auth_verdict_message(v)));
     if (resp)

@@ -26,7 +26,7 @@ struct sbx_http_opts {
     void *arg;
     /* When set, every route but the health ones (and /metrics when metrics_open) needs
      * "Authorization: Bearer <token>"; 401 otherwise. Borrowed; must outlive the server. */
-    const struct sbx_auth *auth;
+    struct sbx_auth *auth;
     bool metrics_open;
 };
 

@@ -97,6 +97,18 @@ int main(void)
     ok(check(a, "Bearer TOK") == SBX_AUTH_WRONG, "the token in another case");
     ok(check(a, "Bearer t ok") == SBX_AUTH_WRONG, "the token with a space inside");
     ok(strcmp(sbx_auth_verdict_message(SBX_AUTH_WRONG), "invalid bearer token") == 0, "message");
+    {
+        uint64_t sup = 99;
+        int logged = 0;
+        for (int i = 0; i < 3 * SBX_AUTH_LOG_PER_SECOND; i++)
+            logged += sbx_auth_log_allowed(a, 1000, &sup);
+        ok(logged == SBX_AUTH_LOG_PER_SECOND && sup == 0, "a second logs %d refusals at most",
+           SBX_AUTH_LOG_PER_SECOND);
+        ok(sbx_auth_log_allowed(a, 1001, &sup) && sup == 2 * SBX_AUTH_LOG_PER_SECOND,
+           "the next second logs again, with the count of those not logged (%llu)",
+           (unsigned long long)sup);
+        ok(sbx_auth_log_allowed(a, 1001, &sup) && sup == 0, "and the count starts over");
+    }
     sbx_auth_free(a);
     sbx_auth_free(NULL);
     ok(sbx_auth_new("a b", 3, &a, &err) == -EINVAL, "a space in a token is refused");

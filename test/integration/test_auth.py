@@ -412,6 +412,32 @@ def test_bad_token_configuration_stops_the_start(sandboxd_bin, tmp_path):
         assert "Permission denied" in err, err
 
 
+def test_refusals_do_not_flood_the_log(sandboxd_factory, tmp_path):
+    """A client hammering the daemon without the token: a few log lines a second, not one a
+    request (the bound is computed from the time the burst took, whatever it was), and the
+    refusals left out are counted in the next line logged."""
+    import time
+    tf = tmp_path / "token"
+    tf.write_text(TOKEN)
+    d = sandboxd_factory(["--token-file", tf])
+    c = d.client()
+
+    def refusal_lines():
+        return [ln for ln in d.lines if "unauthenticated" in ln]
+
+    t0 = time.monotonic()
+    for _ in range(150):
+        assert http_request(d.rest_port, "GET", "/v1/files/").status == 401
+        assert status_of(lambda: c.execute(["true"], timeout=5))[0] == SC.UNAUTHENTICATED
+    seconds = int(time.monotonic() - t0) + 2  # clock seconds the burst touched, at most
+    time.sleep(1.1)  # a new second: the next refusal is logged, with the count left out
+    assert http_request(d.rest_port, "GET", "/v1/files/").status == 401
+    wait_until(lambda: any("not logged before" in ln for ln in refusal_lines()), 5,
+               what="the count of refusals not logged")
+    logged = len(refusal_lines())
+    assert logged <= 5 * seconds + 1, (logged, seconds)  # and the last refusal's line
+
+
 def test_token_never_in_the_log(authd):
     """After every call above (the log is at debug level), once more at the end."""
     assert_not_logged(authd)
