@@ -145,6 +145,16 @@ static int extras_build(const Sandboxd__V1__ProcessSpec *spec, struct sbx_proc_o
         o->confine.groups = x->groups;
         o->confine.n_groups = u->n_groups;
     }
+    if (!spec->seccomp || !spec->seccomp[0])
+        o->confine.seccomp = SBX_SPAWN_SECCOMP_DAEMON;
+    else if (strcmp(spec->seccomp, "off") == 0)
+        o->confine.seccomp = SBX_SPAWN_SECCOMP_OFF;
+    else if (strcmp(spec->seccomp, "default") == 0 && sbx_spawn_has_default_profile())
+        o->confine.seccomp = SBX_SPAWN_SECCOMP_DEFAULT;
+    else if (strcmp(spec->seccomp, "default") == 0)
+        return sbx_error_set(err, EOPNOTSUPP, "the default seccomp profile is unavailable here");
+    else
+        return sbx_error_set(err, EINVAL, "seccomp must be \"\", \"default\" or \"off\"");
     if (spec->n_rlimits > 64)
         return sbx_error_set(err, EINVAL, "too many rlimits: %zu", spec->n_rlimits);
     x->rlimits = calloc(spec->n_rlimits + 1, sizeof(*x->rlimits));

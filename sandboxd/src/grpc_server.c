@@ -1,13 +1,17 @@
 #include "grpc_server.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "auth.h"
 #include "cleanup.h"
 #include "log.h"
 #include "metrics.h"
@@ -229,6 +233,70 @@ void sbx_grpc_reply_watched(struct sbx_grpc_req *req, const ProtobufCMessage *m,
     send_reply(req, m, code, details, false);
 }
 
+/* Services anyone may call when a token is set: kubelet's gRPC probes send no credentials, and
+ * reflection serves only the descriptors of the public .proto files, so `grpcurl list` and
+ * `describe` work before a token is at hand. */
+static const char *const open_prefixes[] = {
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+};
+
+static bool slice_is(grpc_slice s, const char *str)
+{
+    size_t n = strlen(str);
+    return GRPC_SLICE_LENGTH(s) == n && memcmp(GRPC_SLICE_START_PTR(s), str, n) == 0;
+}
+
+/* The verdict on a call's initial metadata: one "authorization" entry with the token. */
+static enum sbx_auth_verdict check_metadata(const struct sbx_auth *auth,
+                                            const grpc_metadata_array *md)
+{
+    const grpc_slice *value = NULL;
+
+    for (size_t i = 0; i < md->count; i++) {
+        if (!slice_is(md->metadata[i].key, "authorization"))
+            continue;
+        if (value)
+            return SBX_AUTH_MALFORMED; /* which one would count? */
+        value = &md->metadata[i].value;
+    }
+    if (!value)
+        return SBX_AUTH_MISSING;
+    return sbx_auth_check(auth, (const char *)GRPC_SLICE_START_PTR(*value),
+                          GRPC_SLICE_LENGTH(*value));
+}
+
+/* True when the call may go on; logs a refusal with the method and peer, never the token. */
+static bool call_authenticated(struct sbx_grpc *s, grpc_call *call, const char *method,
+                               const grpc_metadata_array *md, enum sbx_auth_verdict *ret)
+{
+    enum sbx_auth_verdict v = SBX_AUTH_OK;
+    uint64_t suppressed = 0;
+    char more[64] = "";
+    char *peer;
+
+    if (!s->opts.auth)
+        return true;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(open_prefixes); i++)
+        if (method && strncmp(method, open_prefixes[i], strlen(open_prefixes[i])) == 0)
+            return true;
+    v = check_metadata(s->opts.auth, md);
+    *ret = v;
+    if (v == SBX_AUTH_OK)
+        return true;
+    if (!sbx_auth_log_allowed(s->opts.auth, (uint64_t)time(NULL), &suppressed))
+        return false;
+    if (suppressed)
+        snprintf(more, sizeof(more), " (and %" PRIu64 " not logged before)", suppressed);
+    peer = grpc_call_get_peer(call);
+    log_info("grpc: unauthenticated call of %s from %s: %s%s",
+             method ? method : "an unknown method", peer ? peer : "?", sbx_auth_verdict_message(v),
+             more);
+    gpr_free(peer);
+    return false;
+}
+
 static void acceptor_arm(struct acceptor *a);
 
 static void acceptor_done(struct sbx_grpc_tag *tag, bool ok)
@@ -243,6 +311,13 @@ static void acceptor_done(struct sbx_grpc_tag *tag, bool ok)
     }
     acceptor_arm(a);
     req->method_data = a->m->data;
+    {
+        enum sbx_auth_verdict v = SBX_AUTH_OK;
+        if (!call_authenticated(a->srv, req->call, a->m->path, &req->md, &v)) {
+            sbx_grpc_reply(req, NULL, GRPC_STATUS_UNAUTHENTICATED, sbx_auth_verdict_message(v));
+            return;
+        }
+    }
     a->m->handler(req);
 }
 
@@ -276,6 +351,8 @@ static void fallback_arm(struct fallback *f);
 static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
 {
     struct fallback *f = (struct fallback *)tag;
+    grpc_status_code code = GRPC_STATUS_UNIMPLEMENTED;
+    enum sbx_auth_verdict v = SBX_AUTH_OK;
     grpc_op ops[3];
     grpc_slice details;
     char msg[512];
@@ -297,13 +374,19 @@ static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
             fallback_arm(next);
         }
     }
-    snprintf(msg, sizeof(msg), "unknown method %.*s", (int)GRPC_SLICE_LENGTH(f->details.method),
-             (const char *)GRPC_SLICE_START_PTR(f->details.method));
+    /* A caller without the token learns not even which methods exist. */
+    if (!call_authenticated(f->srv, f->call, NULL, &f->md, &v)) {
+        code = GRPC_STATUS_UNAUTHENTICATED;
+        snprintf(msg, sizeof(msg), "%s", sbx_auth_verdict_message(v));
+    } else {
+        snprintf(msg, sizeof(msg), "unknown method %.*s", (int)GRPC_SLICE_LENGTH(f->details.method),
+                 (const char *)GRPC_SLICE_START_PTR(f->details.method));
+    }
     details = grpc_slice_from_copied_string(msg);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+    ops[1].data.send_status_from_server.status = code;
     ops[1].data.send_status_from_server.status_details = &details;
     ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[2].data.recv_close_on_server.cancelled = &f->cancelled;

@@ -36,10 +36,15 @@ struct sbx_grpc_method {
     int backlog; /* calls waiting to be accepted at once */
 };
 
+struct sbx_auth;
+
 struct sbx_grpc_opts {
     int max_recv_bytes;
     int max_streams; /* concurrent streams per connection */
     int threads;
+    /* When set, every call but those of grpc.health.v1 and server reflection needs the metadata
+     * "authorization: Bearer <token>"; UNAUTHENTICATED otherwise. Borrowed. */
+    struct sbx_auth *auth;
 };
 
 int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sbx_error *err);

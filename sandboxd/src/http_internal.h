@@ -56,10 +56,18 @@ struct hctx {
 
 typedef enum MHD_Result (*route_fn)(struct hctx *c);
 
+/* Who may call a route when a token is set. */
+enum route_access {
+    ROUTE_AUTH,    /* the bearer token */
+    ROUTE_OPEN,    /* anyone: probes send no credentials */
+    ROUTE_METRICS, /* the token, unless metrics_open */
+};
+
 struct route {
     const char *prefix;  /* matched as a prefix when it ends with '/', else exactly */
     const char *methods; /* space-separated, e.g. "GET HEAD PUT DELETE" */
     route_fn fn;
+    enum route_access access;
 };
 
 /* Responses; each queues and returns MHD's verdict. */

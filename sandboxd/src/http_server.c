@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "cleanup.h"
 #include "http_internal.h"
 #include "log.h"
@@ -19,16 +21,17 @@
 extern char **environ;
 
 static const struct route routes[] = {
-    {"/v1/files/", "GET HEAD PUT DELETE", http_files},
-    {"/v1/files", "GET HEAD PUT DELETE", http_files},
-    {"/v1/stat/", "GET HEAD", http_stat},
-    {"/v1/dirs/", "PUT", http_dirs},
-    {"/v1/move", "POST", http_move},
-    {"/v1/health", "GET HEAD", http_health},
-    {"/v1/metadata", "GET HEAD", http_metadata},
-    {"/healthz", "GET HEAD", http_healthz},
-    {"/readyz", "GET HEAD", http_readyz},
-    {"/metrics", "GET HEAD", http_metrics},
+    {"/v1/files/", "GET HEAD PUT DELETE", http_files, ROUTE_AUTH},
+    {"/v1/files", "GET HEAD PUT DELETE", http_files, ROUTE_AUTH},
+    {"/v1/stat/", "GET HEAD", http_stat, ROUTE_AUTH},
+    {"/v1/dirs/", "PUT", http_dirs, ROUTE_AUTH},
+    {"/v1/move", "POST", http_move, ROUTE_AUTH},
+    /* The reference's health route: probes written for the reference daemon call it. */
+    {"/v1/health", "GET HEAD", http_health, ROUTE_OPEN},
+    {"/v1/metadata", "GET HEAD", http_metadata, ROUTE_AUTH},
+    {"/healthz", "GET HEAD", http_healthz, ROUTE_OPEN},
+    {"/readyz", "GET HEAD", http_readyz, ROUTE_OPEN},
+    {"/metrics", "GET HEAD", http_metrics, ROUTE_METRICS},
 };
 
 enum MHD_Result http_queue(struct hctx *c, unsigned status, struct MHD_Response *resp)
@@ -198,6 +201,77 @@ static const struct route *find_route(const char *url, const char **rest)
 
 static enum MHD_Result route(struct hctx *c, const char *url, const char *method);
 
+struct auth_header {
+    const char *value;
+    size_t len;
+    unsigned count;
+};
+
+static enum MHD_Result find_authorization(void *cls, enum MHD_ValueKind kind, const char *key,
+                                          size_t key_size, const char *value, size_t value_size)
+{
+    struct auth_header *a = cls;
+
+    (void)kind;
+    if (key_size == 13 && strncasecmp(key, "Authorization", 13) == 0 && a->count++ == 0) {
+        a->value = value;
+        a->len = value_size;
+    }
+    return MHD_YES;
+}
+
+/* 401 unless the request carries the token (one Authorization header, "Bearer <token>"). The
+ * token is never logged: only the verdict and the route are. */
+static bool authenticate(struct hctx *c, const struct route *rt, enum MHD_Result *ret)
+{
+    struct auth_header a = {0};
+    enum sbx_auth_verdict v;
+    uint64_t suppressed = 0;
+    char more[64] = "";
+    struct MHD_Response *resp;
+
+    if (!c->h->o.auth || (rt && rt->access == ROUTE_OPEN) ||
+        (rt && rt->access == ROUTE_METRICS && c->h->o.metrics_open))
+        return true;
+    MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, find_authorization, &a);
+    v = a.count > 1 ? SBX_AUTH_MALFORMED : sbx_auth_check(c->h->o.auth, a.value, a.len);
+    if (v == SBX_AUTH_OK)
+        return true;
+    /* The route, not the URL: a client's bytes do not go into our log unescaped. */
+    if (sbx_auth_log_allowed(c->h->o.auth, (uint64_t)time(NULL), &suppressed)) {
+        if (suppressed)
+            snprintf(more, sizeof(more), " (and %" PRIu64 " not logged before)", suppressed);
+        log_info("http: unauthenticated request of %s: %s%s", rt ? rt->prefix : "an unknown route",
+                 sbx_auth_verdict_message(v), more);
+    }
+    resp = json_response(
+        json_pack("{s:s, s:s}", "code", "UNAUTHENTICATED", "message", sbx_auth_verdict_message(v)));
+    if (resp)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                v == SBX_AUTH_WRONG || v == SBX_AUTH_MALFORMED
+                                    ? "Bearer realm=\"sandboxd\", error=\"invalid_token\""
+                                    : "Bearer realm=\"sandboxd\"");
+    *ret = http_queue(c, 401, resp);
+    return false;
+}
+
+/* A client that waits for "100 Continue" before it sends its body, and lacks the token, is
+ * answered 401 at once: its body is never sent, and the connection is closed after the answer
+ * (which a body that might follow needs anyway). Other refusals wait for the body's end. */
+static enum MHD_Result refuse_before_continue(struct hctx *c, const char *url)
+{
+    const char *expect = http_header(c, MHD_HTTP_HEADER_EXPECT);
+    const struct route *rt;
+    const char *rest;
+    enum MHD_Result ret;
+
+    if (!c->h->o.auth || !expect || strcasecmp(expect, "100-continue") != 0)
+        return MHD_YES;
+    rt = find_route(url, &rest);
+    c->body_done = true; /* nothing of it will be read */
+    return authenticate(c, rt, &ret) ? MHD_YES : ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
@@ -219,7 +293,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         c.r->tar_dirfd = -1;
         *req_cls = c.r;
-        return MHD_YES;
+        return refuse_before_continue(&c, url);
     }
     if (c.r->responded) {
         struct MHD_Response *resp = c.r->pending;
@@ -244,10 +318,13 @@ static enum MHD_Result route(struct hctx *c, const char *url, const char *method
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     const struct route *rt;
+    enum MHD_Result ret;
 
+    rt = find_route(url, &c->path);
+    if (!authenticate(c, rt, &ret))
+        return ret;
     if (info && info->socket_context && *(bool *)info->socket_context)
         return http_respond_error(c, 400, "INVALID_ARGUMENT", "NUL byte in the URL");
-    rt = find_route(url, &c->path);
     if (!rt)
         return http_respond_error(c, 404, "NOT_FOUND", "no such route");
     if (!method_allowed(rt, method)) {

@@ -8,6 +8,7 @@
 #include "error.h"
 #include "path.h"
 
+struct sbx_auth;
 struct sbx_http;
 
 struct sbx_http_opts {
@@ -23,6 +24,10 @@ struct sbx_http_opts {
     bool (*ready)(void *arg);
     bool (*alive)(void *arg);
     void *arg;
+    /* When set, every route but the health ones (and /metrics when metrics_open) needs
+     * "Authorization: Bearer <token>"; 401 otherwise. Borrowed; must outlive the server. */
+    struct sbx_auth *auth;
+    bool metrics_open;
 };
 
 /* Binds and starts serving; returns the bound port or -errno. */

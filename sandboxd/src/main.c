@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "cleanup.h"
 #include "cgroup.h"
 #include "grpc_health.h"
@@ -30,6 +31,7 @@
 #include "parse.h"
 #include "path.h"
 #include "proc.h"
+#include "seccomp_profile.h"
 #include "spawn.h"
 
 #ifndef SANDBOXD_VERSION
@@ -66,6 +68,10 @@ static const char *arg_cgroups = "auto";
 static const char *arg_oom_score_adj = "1000";
 static const char *arg_daemon_oom_score_adj = "-900";
 static char **arg_command; /* after --: the main process */
+static const char *arg_token_file;
+static bool arg_metrics_auth = true;
+static enum sbx_seccomp_profile arg_seccomp = SBX_SECCOMP_DEFAULT;
+static bool arg_no_new_privs = true;
 
 /* Everything the loop's callbacks reach. */
 static struct {
@@ -80,6 +86,9 @@ static struct {
     struct sbx_error cgroups_why;
     struct sbx_jobs_service jobs_service;
     struct sbx_watch signals;
+    struct sbx_auth *auth;             /* NULL: no token, everything open */
+    struct sock_fprog seccomp;         /* empty: no filter */
+    struct sock_fprog seccomp_default; /* when ours is off: the default, for requests */
     struct sbx_timer kill_timer, deadline_timer, trim_timer;
     bool draining;
     bool idle;         /* draining, and no process is left */
@@ -145,6 +154,22 @@ static int opt_oom_adj(const char *v, void *dst)
     return r;
 }
 
+static int opt_bool(const char *v, void *dst)
+{
+    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+        *(bool *)dst = true;
+    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+        *(bool *)dst = false;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+static int opt_seccomp(const char *v, void *dst)
+{
+    return sbx_seccomp_parse_profile(v, dst);
+}
+
 static int opt_log_level(const char *v, void *dst)
 {
     (void)dst;
@@ -207,6 +232,13 @@ static const struct option_def {
      "our own oom_score_adj, when allowed (-900)"},
     {"keep-serving", NULL, &arg_keep_serving,
      "keep serving after the main process exits (off: drain and exit with its status)"},
+    {"token-file", opt_string, &arg_token_file,
+     "file holding the bearer token every call needs (or env SANDBOXD_TOKEN)"},
+    {"metrics-auth", opt_bool, &arg_metrics_auth, "/metrics needs the token too, when set (true)"},
+    {"seccomp", opt_seccomp, &arg_seccomp,
+     "seccomp profile of spawned processes: default or off (default)"},
+    {"no-new-privs", opt_bool, &arg_no_new_privs,
+     "no_new_privs on spawned processes; false needs --seccomp=off (true)"},
     {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", opt_log_format, NULL, "text or json (text)"},
 };
@@ -543,6 +575,8 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
         .metadata_prefix = arg_metadata_env_prefix,
         .ready = ready,
         .alive = loop_alive,
+        .auth = d.auth,
+        .metrics_open = !arg_metrics_auth,
     };
     int port = sbx_http_start(&d.http, &o, err);
 
@@ -593,6 +627,47 @@ static struct sbx_cgroups *open_cgroups(void)
     return d.cgroups;
 }
 
+/* The token (from --token-file or SANDBOXD_TOKEN, never both) and the isolation of children. */
+static int setup_security(struct sbx_error *err)
+{
+    const char *env = getenv("SANDBOXD_TOKEN");
+    int r = 0;
+
+    if (env && arg_token_file)
+        return sbx_error_set(err, EINVAL, "both --token-file and SANDBOXD_TOKEN are set");
+    if (arg_token_file)
+        r = sbx_auth_load_file(arg_token_file, &d.auth, err);
+    else if (env && (r = sbx_auth_new(env, strlen(env), &d.auth, err)) < 0)
+        sbx_error_wrap(err, "SANDBOXD_TOKEN");
+    /* Our children inherit our environment: the token is not theirs to read. */
+    (void)unsetenv("SANDBOXD_TOKEN");
+    if (r < 0)
+        return r;
+    if (!arg_no_new_privs && arg_seccomp != SBX_SECCOMP_OFF)
+        return sbx_error_set(err, EINVAL, "--no-new-privs=false needs --seccomp=off");
+    if ((r = sbx_seccomp_build(arg_seccomp, &d.seccomp, err)) < 0)
+        return r;
+    if (arg_no_new_privs && sbx_seccomp_check(d.seccomp.filter ? &d.seccomp : NULL, err) < 0)
+        return sbx_error_wrap(err, "isolation of spawned processes (--seccomp=off to go without)");
+    /* The default profile a request may ask for by name, also when ours is off. */
+    if (!d.seccomp.filter) {
+        struct sbx_error e = {0};
+        if (sbx_seccomp_build(SBX_SECCOMP_DEFAULT, &d.seccomp_default, &e) < 0 ||
+            sbx_seccomp_check(&d.seccomp_default, &e) < 0) {
+            log_info("the default seccomp profile is unavailable to requests: %s", e.msg);
+            sbx_seccomp_release(&d.seccomp_default);
+        }
+    }
+    sbx_spawn_set_isolation(d.seccomp.filter ? &d.seccomp : NULL,
+                            d.seccomp.filter           ? &d.seccomp
+                            : d.seccomp_default.filter ? &d.seccomp_default
+                                                       : NULL,
+                            arg_no_new_privs);
+    log_info("auth %s; seccomp %s; no_new_privs %s", d.auth ? "on (bearer token)" : "off",
+             arg_seccomp == SBX_SECCOMP_OFF ? "off" : "default", arg_no_new_privs ? "on" : "off");
+    return 0;
+}
+
 static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx_error *err)
 {
     struct sbx_proctab_opts po = {.chunk_size = (size_t)arg_stream_chunk_size,
@@ -609,7 +684,8 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
                                .default_grace_ms = arg_termination_grace_ms};
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,
-                               .threads = (int)arg_grpc_threads};
+                               .threads = (int)arg_grpc_threads,
+                               .auth = d.auth};
     int r;
 
     if ((r = sbx_root_open(root, arg_root_dir, err)) < 0 || (r = sbx_loop_new(&d.loop, err)) < 0 ||
@@ -704,6 +780,8 @@ int main(int argc, char **argv)
         raise_nofile();
     }
     if (r == 0)
+        r = setup_security(&err);
+    if (r == 0)
         r = setup(&root, &refl, &err);
     if (r == 0) {
         log_info("sandboxd %s ready (root %s, pid %d)", SANDBOXD_VERSION, root.path, getpid());
@@ -735,5 +813,8 @@ int main(int argc, char **argv)
     sbx_closep(&d.signals.fd);
     sbx_loop_free(d.loop);
     sbx_root_release(&root);
+    sbx_auth_free(d.auth);
+    sbx_seccomp_release(&d.seccomp);
+    sbx_seccomp_release(&d.seccomp_default);
     return main_failed ? main_failed : exit_status(r);
 }

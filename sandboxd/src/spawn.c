@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -66,6 +68,24 @@ static void *get_child_stack(void)
         child_stack = s;
     }
     return (char *)child_stack + CHILD_STACK_SIZE;
+}
+
+/* Isolation of every child (sbx_spawn_set_isolation), and the default profile a request may
+ * ask for whatever the daemon's. */
+static const struct sock_fprog *iso_seccomp, *iso_default;
+static bool iso_no_new_privs;
+
+void sbx_spawn_set_isolation(const struct sock_fprog *seccomp, const struct sock_fprog *dflt,
+                             bool no_new_privs)
+{
+    iso_seccomp = seccomp;
+    iso_default = dflt;
+    iso_no_new_privs = no_new_privs;
+}
+
+bool sbx_spawn_has_default_profile(void)
+{
+    return iso_default != NULL;
 }
 
 /* What the child reads, prepared by the parent. */
@@ -172,6 +192,7 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
     struct child_args *a = arg;
     const struct sbx_spawn *s = a->s;
     struct sigaction dfl = {.sa_handler = SIG_DFL};
+    const struct sock_fprog *prog;
     sigset_t none, ttou;
 
     for (int i = 0; i < s->confine.n_cgroup_fds; i++)
@@ -227,6 +248,15 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         goto fail;
     /* Anything a library opened without O_CLOEXEC must not leak into user code. */
     (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    /* Last, so that nothing above runs under the filter; execve itself stays allowed. A filter
+     * always comes with no_new_privs. */
+    prog = s->confine.seccomp == SBX_SPAWN_SECCOMP_OFF       ? NULL
+           : s->confine.seccomp == SBX_SPAWN_SECCOMP_DEFAULT ? iso_default
+                                                             : iso_seccomp;
+    if ((iso_no_new_privs || prog) && prctl(PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) < 0)
+        goto fail;
+    if (prog && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0L, 0L) < 0)
+        goto fail;
     execve(s->path, s->argv, s->envp);
 fail:
     a->error = errno ? errno : EINVAL;

@@ -9,6 +9,8 @@
 
 #include "error.h"
 
+struct sock_fprog;
+
 struct sbx_rlimit {
     int resource; /* RLIMIT_* */
     struct rlimit lim;
@@ -27,6 +29,11 @@ struct sbx_spawn_confine {
     size_t n_groups;
     const struct sbx_rlimit *rlimits;
     size_t n_rlimits;
+    enum {
+        SBX_SPAWN_SECCOMP_DAEMON = 0, /* the daemon's profile (--seccomp) */
+        SBX_SPAWN_SECCOMP_DEFAULT,    /* the default profile (sbx_spawn_has_default_profile) */
+        SBX_SPAWN_SECCOMP_OFF,        /* none */
+    } seccomp;
 };
 
 struct sbx_spawn {
@@ -70,6 +77,16 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
 /* Finds name in the colon-separated search path (a default one when NULL), as execvp does.
  * A name containing '/' is returned as is. *ret is malloc'ed. Returns 0, -ENOENT or -EACCES. */
 int sbx_spawn_lookup(const char *name, const char *search_path, char **ret, struct sbx_error *err);
+
+/* Isolation of every child from now on, applied just before it execs: no_new_privs, then the
+ * seccomp program when not NULL (borrowed: it must outlive every spawn); dflt is the default
+ * profile a request may ask for by name (NULL when unavailable). Call before the first
+ * spawn, while no other thread spawns. */
+void sbx_spawn_set_isolation(const struct sock_fprog *seccomp, const struct sock_fprog *dflt,
+                             bool no_new_privs);
+
+/* Whether a request may ask for the default profile (it was built and the kernel takes it). */
+bool sbx_spawn_has_default_profile(void);
 
 /* Checks that a child can be created right now (pids, memory): clones one that exits at once,
  * left for the reaper. Returns 0 or -errno. */

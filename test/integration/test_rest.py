@@ -417,26 +417,6 @@ def test_head(d, area):
     assert cp.returncode == 0 and b" 200" in cp.stdout.split(b"\r\n")[0], cp
 
 
-def test_head_of_an_archive_keeps_the_connection_in_step(d, area):
-    # A HEAD answer carries no body, not even the end of a chunked one: two HEADs on one
-    # keep-alive connection must both parse (libmicrohttpd once slipped a "0" line in between).
-    p, n = area
-    (p / "f").write_bytes(b"x")
-    for _ in range(50):
-        c = http.client.HTTPConnection("127.0.0.1", d.rest_port, timeout=SMALL)
-        try:
-            for _ in range(3):
-                c.request("HEAD", f"/v1/files/{n}?archive=tar")
-                r = c.getresponse()
-                assert r.status == 200 and r.read() == b""
-                assert r.getheader("Content-Type") == "application/x-tar"
-            c.request("GET", f"/v1/files/{n}/f")
-            r = c.getresponse()
-            assert r.status == 200 and r.read() == b"x"
-        finally:
-            c.close()
-
-
 def test_get_directory_listing(d, area, tmp_path):
     p, n = area
     (p / "b.txt").write_bytes(b"abc")
@@ -1478,3 +1458,28 @@ def test_tar_garbage_refused(d, area):
     r = answered(r, "PUT of a non-tar body with archive=tar")
     assert r.status == 400, r
     assert_error(r, 400, "INVALID_ARGUMENT")
+
+
+def test_tar_head_keeps_the_connection_usable(d, area):
+    """HEAD of a directory as tar: headers only, and nothing else before the next answer on the
+    connection (libmicrohttpd 0.9.75 sometimes sent a chunked body's last chunk after a HEAD
+    answer, about every other time here: 20 rounds)."""
+    import socket
+    p, n = area
+    (p / "th").mkdir()
+    (p / "th" / "f").write_bytes(b"x" * 10)
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", d.rest_port), timeout=10) as s:
+            s.sendall(f"HEAD /v1/files/{n}/th?archive=tar HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = s.recv(65536)
+                assert chunk, data
+                data += chunk
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            while chunk:
+                chunk = s.recv(65536)
+                data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and b"application/x-tar" in head, head
+        assert rest.startswith(b"HTTP/1.1 200 ") and rest.endswith(b"ok\n"), rest[:200]
