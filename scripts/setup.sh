@@ -73,4 +73,6 @@ install_schemathesis() {
 mkdir -p "$SANDBOXD_TOOLS"
 build_reference
 install_schemathesis
+# The Python SDK's virtualenv (pinned packages from PyPI).
+"$(dirname "$0")/../sdk/python/venv.sh" >/dev/null
 log "ready; tools in $SANDBOXD_TOOLS"
