@@ -22,6 +22,7 @@ DEB_PACKAGES=(
   libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
+  tmux
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

@@ -1,42 +1,28 @@
 package sandboxd_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
+	"github.com/sandboxd/sandboxd/sdk/go/internal/testdaemon"
 )
 
-// daemon is a real sandboxd ($SANDBOXD_BIN) on free loopback ports with a temporary root.
-type daemon struct {
-	cmd      *exec.Cmd
-	root     string
-	socket   string
-	grpcPort int
-	restPort int
-	mu       sync.Mutex
-	lines    []string
-	newLine  *sync.Cond
-	exited   chan struct{}
-}
+// daemon is the real sandboxd of these tests.
+type daemon struct{ *testdaemon.Daemon }
 
 var shared *daemon
 
 func TestMain(m *testing.M) {
-	bin := os.Getenv("SANDBOXD_BIN")
+	bin, why := testdaemon.Binary()
 	if bin == "" {
-		fmt.Println("SKIP: SANDBOXD_BIN is not set (a built sandboxd is needed; sdk/go/run-tests.sh sets it)")
+		fmt.Println("SKIP:", why)
 		os.Exit(0)
 	}
 	dir, err := os.MkdirTemp("", "sdk-go-")
@@ -48,10 +34,10 @@ func TestMain(m *testing.M) {
 		fmt.Println(err)
 		os.Exit(1)
 	}
-	os.Setenv("SANDBOXD_GRPC_PORT", strconv.Itoa(shared.grpcPort))
-	os.Setenv("SANDBOXD_REST_PORT", strconv.Itoa(shared.restPort))
+	os.Setenv("SANDBOXD_GRPC_PORT", strconv.Itoa(shared.GRPCPort))
+	os.Setenv("SANDBOXD_REST_PORT", strconv.Itoa(shared.RESTPort))
 	code := m.Run()
-	if err := shared.stop(); err != nil {
+	if err := shared.Stop(); err != nil {
 		fmt.Println(err)
 		code = 1
 	}
@@ -60,104 +46,18 @@ func TestMain(m *testing.M) {
 }
 
 func startDaemon(bin, dir string, extra ...string) (*daemon, error) {
-	root := filepath.Join(dir, "root")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
-	}
-	d := &daemon{root: root, socket: filepath.Join(dir, "grpc.sock"), exited: make(chan struct{})}
-	d.newLine = sync.NewCond(&d.mu)
-	args := append([]string{"--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0",
-		"--root-dir", root, "--grpc-socket", d.socket, "--shutdown-timeout", "5s"}, extra...)
-	d.cmd = exec.Command(bin, args...)
-	out, err := d.cmd.StdoutPipe()
+	d, err := testdaemon.Start(bin, dir, extra...)
 	if err != nil {
 		return nil, err
 	}
-	d.cmd.Stderr = d.cmd.Stdout
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			d.mu.Lock()
-			d.lines = append(d.lines, sc.Text())
-			d.newLine.Broadcast()
-			d.mu.Unlock()
-		}
-		d.cmd.Wait()
-		close(d.exited)
-		d.mu.Lock()
-		d.newLine.Broadcast()
-		d.mu.Unlock()
-	}()
-	g, err := d.waitLine(`grpc listening on \S+ port (\d+)`)
-	if err == nil {
-		d.grpcPort, _ = strconv.Atoi(g)
-		var r string
-		r, err = d.waitLine(`rest listening on \S+ port (\d+)`)
-		d.restPort, _ = strconv.Atoi(r)
-	}
-	if err == nil {
-		_, err = d.waitLine(`\bready\b`)
-	}
-	if err != nil {
-		d.cmd.Process.Kill()
-		return nil, err
-	}
-	return d, nil
+	return &daemon{d}, nil
 }
 
-func (d *daemon) waitLine(pattern string) (string, error) {
-	rx := regexp.MustCompile(pattern)
-	deadline := time.Now().Add(15 * time.Second)
-	timer := time.AfterFunc(15*time.Second, func() {
-		d.mu.Lock()
-		d.newLine.Broadcast()
-		d.mu.Unlock()
-	})
-	defer timer.Stop()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for seen := 0; ; {
-		for _, ln := range d.lines[seen:] {
-			if m := rx.FindStringSubmatch(ln); m != nil {
-				if len(m) > 1 {
-					return m[1], nil
-				}
-				return m[0], nil
-			}
-		}
-		seen = len(d.lines)
-		select {
-		case <-d.exited:
-			return "", fmt.Errorf("sandboxd exited:\n%s", strings.Join(d.lines, "\n"))
-		default:
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("no line %q within 15s:\n%s", pattern, strings.Join(d.lines, "\n"))
-		}
-		d.newLine.Wait()
-	}
-}
-
-func (d *daemon) stop() error {
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(15 * time.Second):
-		d.cmd.Process.Kill()
-		return fmt.Errorf("sandboxd did not exit within 15s of SIGTERM")
-	}
-	if !d.cmd.ProcessState.Success() {
-		return fmt.Errorf("sandboxd exited with %v:\n%s", d.cmd.ProcessState, strings.Join(d.lines, "\n"))
-	}
-	return nil
-}
+func (d *daemon) stop() error { return d.Stop() }
 
 func (d *daemon) client(t testing.TB, opts ...sandboxd.Option) *sandboxd.Client {
 	t.Helper()
-	opts = append([]sandboxd.Option{sandboxd.WithGRPCPort(d.grpcPort), sandboxd.WithRESTPort(d.restPort),
+	opts = append([]sandboxd.Option{sandboxd.WithGRPCPort(d.GRPCPort), sandboxd.WithRESTPort(d.RESTPort),
 		sandboxd.WithTimeout(20 * time.Second)}, opts...)
 	c, err := sandboxd.New("127.0.0.1", opts...)
 	if err != nil {
@@ -177,7 +77,7 @@ func ctx(t testing.TB) context.Context {
 // area is a fresh directory under the root for one test, relative to the root.
 func area(t testing.TB) string {
 	name := regexp.MustCompile(`[^A-Za-z0-9_.-]`).ReplaceAllString(t.Name(), "_")
-	if err := os.MkdirAll(filepath.Join(shared.root, name), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(shared.Root, name), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return name

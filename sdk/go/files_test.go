@@ -2,39 +2,29 @@ package sandboxd_test
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
+	"github.com/sandboxd/sandboxd/sdk/go/internal/testdaemon"
 )
-
-func randBytes(t testing.TB, n int) []byte {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func TestUploadDownload(t *testing.T) {
 	c := shared.client(t)
 	a := area(t)
-	data := randBytes(t, 3<<20+17)
+	data := testdaemon.RandBytes(t, 3<<20+17)
 	r, err := c.WriteFile(ctx(t), a+"/a.bin", data, sandboxd.Mode(0o640))
 	sum := sha256.Sum256(data)
 	if err != nil || r.Size != int64(len(data)) || r.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Fatalf("%+v %v", r, err)
 	}
-	st, err := os.Stat(filepath.Join(shared.root, a, "a.bin"))
+	st, err := os.Stat(filepath.Join(shared.Root, a, "a.bin"))
 	if err != nil || st.Mode().Perm() != 0o640 {
 		t.Fatalf("%v %v", st.Mode(), err)
 	}
@@ -83,7 +73,7 @@ func TestUploadDownload(t *testing.T) {
 func TestProgress(t *testing.T) {
 	c := shared.client(t)
 	a := area(t)
-	data := randBytes(t, 5<<20+3)
+	data := testdaemon.RandBytes(t, 5<<20+3)
 	var seen [][2]int64
 	rec := sandboxd.WithProgress(func(d, tot int64) { seen = append(seen, [2]int64{d, tot}) })
 	if _, err := c.WriteFile(ctx(t), a+"/p", data, rec); err != nil {
@@ -136,7 +126,7 @@ func TestStatListMkdirMoveRemove(t *testing.T) {
 	}
 	_, err := c.WriteFile(x, a+"/d1/a.txt", []byte("hello"))
 	must(err)
-	must(os.Symlink("a.txt", filepath.Join(shared.root, a, "d1", "link")))
+	must(os.Symlink("a.txt", filepath.Join(shared.Root, a, "d1", "link")))
 	st, err := c.Stat(x, a+"/d1/a.txt")
 	must(err)
 	if st.Type != "file" || st.Size != 5 || st.Name != "a.txt" || st.Path != "/"+a+"/d1/a.txt" || st.ModTime.IsZero() {
@@ -220,64 +210,18 @@ func TestPayloadTooLarge(t *testing.T) {
 	}
 }
 
-type entry struct {
-	Kind string
-	Mode fs.FileMode
-	Link string
-	Sum  string
-	Time int64
-}
-
-func tree(t testing.TB, root string) map[string]entry {
-	out := map[string]entry{}
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == root {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		info, _ := d.Info()
-		switch {
-		case info.Mode()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			out[rel] = entry{Kind: "link", Link: l}
-		case info.IsDir():
-			out[rel] = entry{Kind: "dir", Mode: info.Mode().Perm()}
-		default:
-			b, _ := os.ReadFile(p)
-			s := sha256.Sum256(b)
-			out[rel] = entry{Kind: "file", Mode: info.Mode().Perm(), Sum: hex.EncodeToString(s[:]), Time: info.ModTime().Unix()}
-		}
-		return nil
-	})
-	return out
-}
-
-func makeTree(t testing.TB, base string) {
-	os.MkdirAll(filepath.Join(base, "a/b/c"), 0o755)
-	os.Mkdir(filepath.Join(base, "empty"), 0o700)
-	os.WriteFile(filepath.Join(base, "top.txt"), []byte("top"), 0o644)
-	os.WriteFile(filepath.Join(base, "a/exec.sh"), []byte("#!/bin/sh\n"), 0o755)
-	os.WriteFile(filepath.Join(base, "a/b/c/big.bin"), randBytes(t, 3<<20), 0o600)
-	os.WriteFile(filepath.Join(base, "a/b/odd name ü.txt"), []byte("u"), 0o644)
-	os.Symlink("../top.txt", filepath.Join(base, "a/to-top"))
-	for i := 0; i < 50; i++ {
-		os.WriteFile(filepath.Join(base, fmt.Sprintf("a/b/f%03d", i)), randBytes(t, i*100), 0o644)
-	}
-	os.Chmod(filepath.Join(base, "empty"), 0o700)
-}
-
 func TestDirectoryTarUpAndDown(t *testing.T) {
 	c := shared.client(t)
 	a := area(t)
 	src := filepath.Join(t.TempDir(), "src")
-	makeTree(t, src)
+	testdaemon.MakeTree(t, src)
 	var last int64
 	n, err := c.UploadDir(ctx(t), src, a+"/up", sandboxd.WithProgress(func(d, _ int64) { last = d }))
-	want := tree(t, src)
+	want := testdaemon.Tree(t, src)
 	if err != nil || n != len(want) || last < 3<<20 {
 		t.Fatalf("%d entries (want %d), %v, progress %d", n, len(want), err, last)
 	}
-	if got := tree(t, filepath.Join(shared.root, a, "up")); !reflect.DeepEqual(got, want) {
+	if got := testdaemon.Tree(t, filepath.Join(shared.Root, a, "up")); !reflect.DeepEqual(got, want) {
 		t.Fatalf("uploaded tree differs:\n%v\n%v", got, want)
 	}
 	dst := filepath.Join(t.TempDir(), "down")
@@ -285,7 +229,7 @@ func TestDirectoryTarUpAndDown(t *testing.T) {
 	if err != nil || n != len(want) {
 		t.Fatalf("%d %v", n, err)
 	}
-	if got := tree(t, dst); !reflect.DeepEqual(got, want) {
+	if got := testdaemon.Tree(t, dst); !reflect.DeepEqual(got, want) {
 		t.Fatalf("downloaded tree differs:\n%v\n%v", got, want)
 	}
 }
@@ -293,8 +237,8 @@ func TestDirectoryTarUpAndDown(t *testing.T) {
 func TestDownloadDirRefusesLinksOut(t *testing.T) {
 	c := shared.client(t)
 	a := area(t)
-	os.WriteFile(filepath.Join(shared.root, a, "ok.txt"), []byte("ok"), 0o644)
-	os.Symlink("/etc", filepath.Join(shared.root, a, "zz-out"))
+	os.WriteFile(filepath.Join(shared.Root, a, "ok.txt"), []byte("ok"), 0o644)
+	os.Symlink("/etc", filepath.Join(shared.Root, a, "zz-out"))
 	dst := filepath.Join(t.TempDir(), "down")
 	if _, err := c.DownloadDir(ctx(t), a, dst); !errors.Is(err, sandboxd.ErrPermissionDenied) {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/sdk/go/internal/testdaemon"
 )
 
 // vmHWM is this process's peak resident set size in KiB.
@@ -57,7 +59,7 @@ func TestLargeTransferFlatMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk := randBytes(t, 1<<20)
+	chunk := testdaemon.RandBytes(t, 1<<20)
 	for i := 0; i < mib; i++ {
 		binary.LittleEndian.PutUint64(chunk, uint64(i))
 		f.Write(chunk)
@@ -73,7 +75,7 @@ func TestLargeTransferFlatMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(filepath.Join(shared.root, "large.bin"))
+	defer os.Remove(filepath.Join(shared.Root, "large.bin"))
 	want := fileSum(t, src)
 	if up.SHA256 != want || up.Size != size {
 		t.Fatalf("uploaded %+v, want %s", up, want)

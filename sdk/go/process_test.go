@@ -33,7 +33,7 @@ func TestRunEnvDirStdin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "a b=c\n" + filepath.Join(shared.root, a) + "\nFROM STDIN"
+	want := "a b=c\n" + filepath.Join(shared.Root, a) + "\nFROM STDIN"
 	if string(r.Stdout) != want || r.ExitCode != 0 {
 		t.Fatalf("got %q, want %q", r.Stdout, want)
 	}
@@ -251,7 +251,7 @@ func TestSignals(t *testing.T) {
 
 func TestCloseKillsProcess(t *testing.T) {
 	c := shared.client(t)
-	marker := filepath.Join(shared.root, "go-closed-marker")
+	marker := filepath.Join(shared.Root, "go-closed-marker")
 	p, err := c.Start(ctx(t), sandboxd.Shell("echo up; sleep 2; touch "+marker))
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +314,7 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestUnixSocketAndToken(t *testing.T) {
-	c := shared.client(t, sandboxd.WithUnixSocket(shared.socket), sandboxd.WithToken("harmless"))
+	c := shared.client(t, sandboxd.WithUnixSocket(shared.Socket), sandboxd.WithToken("harmless"))
 	r, err := c.Run(ctx(t), []string{"echo", "via-unix"})
 	if err != nil || string(r.Stdout) != "via-unix\n" {
 		t.Fatalf("%+v %v", r, err)
