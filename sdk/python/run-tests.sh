@@ -11,8 +11,8 @@ if [ -z "${SANDBOXD_BIN:-}" ]; then
   cmake --build "$build" -j2 --target sandboxd >/dev/null
   export SANDBOXD_BIN="$build/sandboxd/sandboxd"
 fi
-# A regular (not editable) install, from a clean build dir (no stale modules carried over),: the tests import what a user would get, stubs generated
-# from proto/ by the build.
+# A regular (not editable) install from a clean build dir: the tests import what a user would
+# get, with stubs generated from proto/ by the build and no stale module carried over.
 rm -rf "$here/build"
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
   --force-reinstall "$here"
