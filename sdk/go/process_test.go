@@ -11,6 +11,7 @@ import (
 	"time"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
+	"github.com/sandboxd/sandboxd/sdk/go/internal/testdaemon"
 )
 
 func TestRun(t *testing.T) {
@@ -318,5 +319,14 @@ func TestUnixSocketAndToken(t *testing.T) {
 	r, err := c.Run(ctx(t), []string{"echo", "via-unix"})
 	if err != nil || string(r.Stdout) != "via-unix\n" {
 		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+func TestRunLargeStdinThroughAFilter(t *testing.T) {
+	c := shared.client(t)
+	data := bytes.Repeat(testdaemon.RandBytes(t, 10<<20), 2)
+	r, err := c.Run(ctx(t), []string{"cat"}, sandboxd.Stdin(bytes.NewReader(data)), sandboxd.MaxOutput(len(data)))
+	if err != nil || r.ExitCode != 0 || !bytes.Equal(r.Stdout, data) {
+		t.Fatalf("%d bytes back, %v", len(r.Stdout), err)
 	}
 }

@@ -148,3 +148,9 @@ def test_sync_and_async_share_types():
     for name in ("upload", "download", "upload_dir", "download_dir", "stat", "list", "mkdir",
                  "move", "remove", "exists", "read_bytes", "write_bytes", "metadata"):
         assert hasattr(sandboxd.aio.AsyncFiles, name) and hasattr(sandboxd.Files, name)
+
+
+async def test_run_large_stdin_through_a_filter(asb):
+    data = os.urandom(6 << 20)
+    r = await asb.run(["cat"], stdin=data, max_output=len(data))
+    assert r.stdout == data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -203,3 +204,10 @@ def test_token_is_accepted(daemon):
     with daemon.sandbox(token="s3cret") as s:
         assert s.run("echo ok").stdout == b"ok\n"
         assert s.files.health().status == "ok"
+
+
+def test_run_large_stdin_through_a_filter(sb):
+    # 20 MiB in while the same comes out: stdin goes in pieces, beside the output reader.
+    data = os.urandom(10 << 20) * 2
+    r = sb.run(["cat"], stdin=data, max_output=len(data))
+    assert r.exit_code == 0 and len(r.stdout) == len(data) and r.stdout == data

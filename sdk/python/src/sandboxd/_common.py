@@ -125,6 +125,15 @@ def signal_request(pid: int, sig: SignalLike) -> Any:
     return pb.SendSignalRequest(process_id=pid, signal=signal_number(sig))  # type: ignore[arg-type]
 
 
+STDIN_PIECE = 1 << 20  # bytes per WriteStdin call, well below the daemon's message limit
+
+
+def stdin_pieces(data: Union[bytes, bytearray, memoryview, str]) -> Iterator[bytes]:
+    b = data.encode() if isinstance(data, str) else bytes(data)
+    for i in range(0, len(b), STDIN_PIECE):
+        yield b[i:i + STDIN_PIECE]
+
+
 def stdin_request(pid: int, data: Optional[bytes]) -> Any:
     req = pb.WriteStdinRequest(process_id=pid)
     if data is None:

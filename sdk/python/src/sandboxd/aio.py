@@ -73,10 +73,7 @@ class AsyncSandbox:
         col = c.OutputCollector(max_output)
         timed_out = False
         async with await self.start(command, env=env, cwd=cwd, pty=pty) as p:
-            if stdin is not None:
-                if stdin:
-                    await p.write(stdin)
-                await p.close_stdin()
+            feeder = asyncio.ensure_future(_feed(p, stdin)) if stdin is not None else None
 
             async def collect() -> None:
                 async for ev in p:
@@ -90,6 +87,8 @@ class AsyncSandbox:
                 await p.kill()
                 await asyncio.wait_for(task, self.endpoint.timeout)
             status = await p.wait()
+            if feeder:
+                await asyncio.wait_for(feeder, self.endpoint.timeout)
         return col.result(status.exit_code, timed_out, p.pid, check)  # type: ignore[no-any-return]
 
     async def execute(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
@@ -115,6 +114,16 @@ class AsyncSandbox:
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         await self.files.wait_ready(timeout)
+
+
+async def _feed(p: "AsyncProcess", data: bytes) -> None:
+    """run()'s stdin, written beside the output reader; a process gone first is no error."""
+    try:
+        if data:
+            await p.write(data)
+        await p.close_stdin()
+    except errors.NotFoundError:
+        pass
 
 
 class AsyncProcess:
@@ -211,9 +220,8 @@ class AsyncProcess:
         return self._status
 
     async def write(self, data: Union[bytes, str]) -> None:
-        if isinstance(data, str):
-            data = data.encode()
-        await self._sb._unary("WriteStdin", c.stdin_request(self._pid, bytes(data)))
+        for piece in c.stdin_pieces(data):
+            await self._sb._unary("WriteStdin", c.stdin_request(self._pid, piece))
 
     async def close_stdin(self) -> None:
         await self._sb._unary("WriteStdin", c.stdin_request(self._pid, None))

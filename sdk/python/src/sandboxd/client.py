@@ -89,10 +89,7 @@ class Sandbox:
         deadline = None if timeout is None else time.monotonic() + timeout
         timed_out = False
         with self.start(command, env=env, cwd=cwd, pty=pty) as p:
-            if stdin is not None:
-                if stdin:
-                    p.write(stdin)
-                p.close_stdin()
+            feeder = _StdinFeeder(p, stdin) if stdin is not None else None
             while True:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0 and not timed_out:
@@ -110,6 +107,8 @@ class Sandbox:
                     break
                 col.add(ev.stream, ev.data)
             status = p.wait()
+            if feeder:
+                feeder.finish(self.endpoint.timeout)
         return col.result(status.exit_code, timed_out, p.pid, check)  # type: ignore[no-any-return]
 
     def execute(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
@@ -247,10 +246,9 @@ class Process:
         return self._status
 
     def write(self, data: Union[bytes, str]) -> None:
-        """Writes to its stdin (str as UTF-8)."""
-        if isinstance(data, str):
-            data = data.encode()
-        self._sb._unary("WriteStdin", c.stdin_request(self._pid, bytes(data)))
+        """Writes to its stdin (str as UTF-8), in pieces the daemon accepts."""
+        for piece in c.stdin_pieces(data):
+            self._sb._unary("WriteStdin", c.stdin_request(self._pid, piece))
 
     def close_stdin(self) -> None:
         """End of file on its stdin (on a PTY: the terminal's EOF character)."""
@@ -287,6 +285,32 @@ class Process:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class _StdinFeeder:
+    """Writes run()'s stdin on a thread of its own, so that a process that writes while it
+    reads cannot deadlock against us; a process that exits first (NOT_FOUND) is no error."""
+
+    def __init__(self, p: Process, data: bytes) -> None:
+        self.error: Optional[BaseException] = None
+        self._t = threading.Thread(target=self._run, args=(p, data), daemon=True,
+                                   name="sandboxd-stdin")
+        self._t.start()
+
+    def _run(self, p: Process, data: bytes) -> None:
+        try:
+            if data:
+                p.write(data)
+            p.close_stdin()
+        except errors.NotFoundError:
+            pass
+        except BaseException as e:
+            self.error = e
+
+    def finish(self, timeout: float) -> None:
+        self._t.join(timeout)
+        if self.error is not None:
+            raise self.error
 
 
 class Files:
