@@ -154,3 +154,14 @@ async def test_run_large_stdin_through_a_filter(asb):
     data = os.urandom(6 << 20)
     r = await asb.run(["cat"], stdin=data, max_output=len(data))
     assert r.stdout == data
+
+
+async def test_closing_the_sandbox_ends_its_processes(daemon):
+    s = AsyncSandbox(grpc_port=daemon.grpc_port, rest_port=daemon.rest_port)
+    p = await s.start("echo up; exec sleep 60")
+    assert (await p.read(10)).data == b"up\n"
+    q = await s.start("head -c 10000000 /dev/zero")
+    await s.close()
+    assert p._task.done() and q._task.done()
+    with pytest.raises(errors.UnavailableError):
+        await s.run("true")

@@ -211,3 +211,17 @@ def test_run_large_stdin_through_a_filter(sb):
     data = os.urandom(10 << 20) * 2
     r = sb.run(["cat"], stdin=data, max_output=len(data))
     assert r.exit_code == 0 and len(r.stdout) == len(data) and r.stdout == data
+
+
+def test_closing_the_sandbox_ends_its_processes(daemon):
+    s = daemon.sandbox()
+    p = s.start("echo up; exec sleep 60")
+    assert p.read(10).data == b"up\n"
+    q = s.start("head -c 10000000 /dev/zero")  # never read: its handle's queue fills up
+    s.close()
+    assert p.exit_status is None
+    with pytest.raises(errors.UnavailableError):
+        p.write("x")
+    with pytest.raises(errors.UnavailableError):
+        s.run("true")
+    assert not p._t.is_alive() and not q._t.is_alive()

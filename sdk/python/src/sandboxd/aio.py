@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import IO, Any, AsyncIterator, List, Mapping, Optional, Union
 
@@ -40,6 +41,7 @@ class AsyncSandbox:
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
         self.files = AsyncFiles(self.endpoint)
         self._closed = False
+        self._procs: "weakref.WeakSet[AsyncProcess]" = weakref.WeakSet()
 
     @classmethod
     def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "AsyncSandbox":
@@ -48,6 +50,8 @@ class AsyncSandbox:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            for p in list(self._procs):
+                await p.close()
             await self.files.close()
             await self._channel.close()
 
@@ -60,9 +64,12 @@ class AsyncSandbox:
     async def start(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
                     cwd: Optional[str] = None,
                     pty: Optional[c.PtySize] = None) -> "AsyncProcess":
+        if self._closed:
+            raise errors.UnavailableError("the AsyncSandbox is closed")
         req = c.start_request(command, env, cwd, pty)
         call = self._stub.Start(req, metadata=self.endpoint.metadata())
         p = AsyncProcess(self, call)
+        self._procs.add(p)
         await p._wait_started(self.endpoint.timeout)
         return p
 
@@ -103,6 +110,8 @@ class AsyncSandbox:
         return CommandResult(r.exit_code, r.stdout, r.stderr)
 
     async def _unary(self, name: str, req: Any) -> Any:
+        if self._closed:
+            raise errors.UnavailableError("the AsyncSandbox is closed")
         try:
             return await getattr(self._stub, name)(req, metadata=self.endpoint.metadata(),
                                                    timeout=self.endpoint.timeout)

@@ -7,6 +7,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import IO, Any, Iterator, List, Mapping, Optional, Union
 
@@ -44,6 +45,7 @@ class Sandbox:
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
         self.files = Files(self.endpoint)
         self._closed = False
+        self._procs: "weakref.WeakSet[Process]" = weakref.WeakSet()
 
     @classmethod
     def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "Sandbox":
@@ -55,6 +57,8 @@ class Sandbox:
         daemon kills a process whose Start stream goes away)."""
         if not self._closed:
             self._closed = True
+            for p in list(self._procs):
+                p.close()
             self.files.close()
             self._channel.close()
 
@@ -73,9 +77,13 @@ class Sandbox:
               cwd: Optional[str] = None, pty: Optional[c.PtySize] = None) -> "Process":
         """Starts a process (a string runs via /bin/sh -c); returns once the daemon has
         started it. pty=(rows, cols) gives it a terminal (stderr merges into stdout)."""
+        if self._closed:
+            raise errors.UnavailableError("the Sandbox is closed")
         req = c.start_request(command, env, cwd, pty)
         call = self._stub.Start(req, metadata=self._md())
-        return Process(self, call, self.endpoint.timeout)
+        p = Process(self, call, self.endpoint.timeout)
+        self._procs.add(p)
+        return p
 
     def run(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
             cwd: Optional[str] = None, timeout: Optional[float] = None,
@@ -124,6 +132,8 @@ class Sandbox:
         return CommandResult(r.exit_code, r.stdout, r.stderr)
 
     def _unary(self, name: str, req: Any) -> Any:
+        if self._closed:
+            raise errors.UnavailableError("the Sandbox is closed")
         try:
             return getattr(self._stub, name)(req, metadata=self._md(),
                                              timeout=self.endpoint.timeout)
