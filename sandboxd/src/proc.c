@@ -62,6 +62,8 @@ void sbx_proctab_free(struct sbx_proctab *t)
             sbx_proc_unref(p);
         }
     }
+    /* Their frees, posted to the loop, reach t: run them before t goes. */
+    sbx_loop_run_pending(t->loop);
     pthread_rwlock_destroy(&t->reap_lock);
     pthread_mutex_destroy(&t->lock);
     free(t);
@@ -108,7 +110,7 @@ static bool table_remove(struct sbx_proctab *t, struct sbx_proc *p)
     }
     pthread_mutex_unlock(&t->lock);
     if (empty && t->opts.on_empty)
-        t->opts.on_empty(t->opts.on_empty_arg);
+        t->opts.on_empty(t->opts.cb_arg);
     return was;
 }
 
@@ -293,7 +295,9 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
                           .pty = o->pty,
                           .cols = o->cols,
                           .rows = o->rows,
-                          .stdin_null = o->anonymous};
+                          .stdin_null = o->anonymous || o->stdin_null,
+                          .confine = o->confine,
+                          .oom_score_adj = t->opts.oom_score_adj};
     struct sbx_proc *p;
     int r;
 
@@ -625,8 +629,30 @@ void sbx_proctab_reap(struct sbx_proctab *t)
         if (p) {
             proc_exited(p, status);
             sbx_proc_unref(p);
+        } else if (t->opts.on_other_exit) {
+            t->opts.on_other_exit(t->opts.cb_arg, pid, status);
         }
     }
+}
+
+int sbx_proctab_spawn_own(struct sbx_proctab *t, const struct sbx_spawn *s, pid_t *pid,
+                          struct sbx_error *err)
+{
+    struct sbx_spawned sp;
+    int r;
+
+    pthread_rwlock_rdlock(&t->reap_lock);
+    r = sbx_spawn_run(s, &sp, err);
+    pthread_rwlock_unlock(&t->reap_lock);
+    if (r < 0)
+        return r;
+    for (int i = 0; i < 3; i++) {
+        int fd = i == 0 ? sp.in_fd : i == 1 ? sp.out_fd : sp.err_fd;
+        if (fd >= 0)
+            close(fd);
+    }
+    *pid = sp.pid;
+    return 0;
 }
 
 /* Calls fn on each of our children, orphans re-parented to us included (we are PID 1 or a
@@ -697,6 +723,17 @@ int sbx_proc_signal(struct sbx_proc *p, int sig, struct sbx_error *err)
      * may be reused once reaped). */
     if (!p->exited && kill(-p->pid, sig) < 0)
         r = sbx_error_set(err, errno, "signal process %d", p->id);
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+int sbx_proc_with_pid(struct sbx_proc *p, int (*fn)(pid_t pid, void *arg), void *arg)
+{
+    int r = 0;
+
+    pthread_mutex_lock(&p->lock);
+    if (!p->exited)
+        r = fn(p->pid, arg);
     pthread_mutex_unlock(&p->lock);
     return r;
 }

@@ -3,9 +3,31 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "error.h"
+
+struct sbx_rlimit {
+    int resource; /* RLIMIT_* */
+    struct rlimit lim;
+};
+
+/* What confines the child, set up between clone and exec: its cgroups, resource limits and
+ * credentials (with raw syscalls: glibc's set*id would try to change every thread of ours,
+ * whose memory the child shares). */
+struct sbx_spawn_confine {
+    const int *cgroup_fds; /* cgroup.procs files the child joins by writing "0" */
+    int n_cgroup_fds;
+    bool set_user;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    size_t n_groups;
+    const struct sbx_rlimit *rlimits;
+    size_t n_rlimits;
+};
 
 struct sbx_spawn {
     const char *path;  /* executable, resolved (sbx_spawn_lookup) or containing a '/' */
@@ -14,11 +36,20 @@ struct sbx_spawn {
     int cwd_fd;        /* directory to fchdir to, or -1 to keep ours */
     bool pty;          /* stdio on a new pseudo-terminal, which becomes the controlling tty */
     bool stdin_null;   /* stdin from /dev/null (no pty) */
+    /* Our own stdio, passed through (the main process of sandboxd -- cmd): the child gets a new
+     * process group rather than a session, and the foreground of our terminal if we have one. */
+    bool inherit_stdio;
     unsigned short cols, rows;
+    struct sbx_spawn_confine confine;
+    /* Written to /proc/self/oom_score_adj before exec, when not empty (a decimal string). */
+    const char *oom_score_adj;
 };
 
+/* RLIMIT_* of a lower-case name ("nofile"), or -1. */
+int sbx_rlimit_resource(const char *name);
+
 /* The parent's ends, all O_CLOEXEC and O_NONBLOCK. With a pty, out_fd is the master, in_fd a
- * duplicate of it, err_fd is -1. in_fd is -1 with stdin_null. */
+ * duplicate of it, err_fd is -1. in_fd is -1 with stdin_null; all are -1 with inherit_stdio. */
 struct sbx_spawned {
     pid_t pid;
     int in_fd;
@@ -26,7 +57,8 @@ struct sbx_spawned {
     int err_fd;
 };
 
-/* Starts the child in a new session (its pid is its process group). On exec failure the child
+/* Starts the child in a new session (its pid is its process group; with inherit_stdio, a new
+ * process group only). On exec failure the child
  * is reaped here and the exec errno returned: the caller must keep other reapers out (proc.c holds
  * the reap lock). Returns 0 or -errno. */
 int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx_error *err);

@@ -119,7 +119,8 @@ def _load_module(name, path):
 
 
 class Protos:
-    """The generated message modules: pb (process.v1), health, refl_v1, refl_v1alpha."""
+    """The generated message modules: pb (process.v1), sbx (sandboxd.v1), health, refl_v1,
+    refl_v1alpha."""
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +128,7 @@ def protos(tmp_path_factory):
     out = tmp_path_factory.mktemp("pb")
     files = [
         "process/v1/process.proto",
+        "sandboxd/v1/processes.proto",
         "grpc/health/v1/health.proto",
         "grpc/reflection/v1/reflection.proto",
         "grpc/reflection/v1alpha/reflection.proto",
@@ -140,6 +142,7 @@ def protos(tmp_path_factory):
     p = Protos()
     # Loaded by path under private names: "grpc" would collide with the grpcio package.
     p.pb = _load_module("sbx_itest_process_pb2", out / "process/v1/process_pb2.py")
+    p.sbx = _load_module("sbx_itest_processes_pb2", out / "sandboxd/v1/processes_pb2.py")
     p.health = _load_module("sbx_itest_health_pb2", out / "grpc/health/v1/health_pb2.py")
     p.refl_v1 = _load_module("sbx_itest_refl_v1_pb2", out / "grpc/reflection/v1/reflection_pb2.py")
     p.refl_v1alpha = _load_module(

@@ -1,0 +1,128 @@
+#define _GNU_SOURCE
+#include "tree.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+#define MAX_MEMBERS 65536
+#define MAX_ROUNDS  64
+
+struct members {
+    pid_t *pid;
+    size_t n, cap;
+};
+
+static bool has(const struct members *m, pid_t pid)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->pid[i] == pid)
+            return true;
+    return false;
+}
+
+static int add(struct members *m, pid_t pid)
+{
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        pid_t *p;
+        if (cap > MAX_MEMBERS)
+            return -E2BIG;
+        p = realloc(m->pid, cap * sizeof(*p));
+        if (!p)
+            return -ENOMEM;
+        m->pid = p;
+        m->cap = cap;
+    }
+    m->pid[m->n++] = pid;
+    return 0;
+}
+
+/* The parent of pid from /proc, or -1. */
+static pid_t parent_of(int proc_fd, const char *name)
+{
+    char path[64], buf[512];
+    ssize_t n;
+    int fd;
+    char *rp;
+    int ppid;
+
+    snprintf(path, sizeof(path), "%s/stat", name);
+    fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    rp = strrchr(buf, ')');
+    if (!rp || sscanf(rp + 1, " %*c %d", &ppid) != 1)
+        return -1;
+    return (pid_t)ppid;
+}
+
+/* Adds members' children not yet in m, stopping each; returns how many were new, or -errno. */
+static int scan(struct members *m)
+{
+    _cleanup_close_ int proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d;
+    struct dirent *de;
+    int added = 0, r = 0;
+
+    if (proc_fd < 0)
+        return -errno;
+    d = fdopendir(dup(proc_fd));
+    if (!d)
+        return -errno;
+    while ((de = readdir(d)) && r == 0) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        pid_t ppid;
+
+        if (*end || pid <= 0 || has(m, (pid_t)pid))
+            continue;
+        ppid = parent_of(proc_fd, de->d_name);
+        if (ppid <= 0 || !has(m, ppid))
+            continue;
+        (void)kill((pid_t)pid, SIGSTOP);
+        r = add(m, (pid_t)pid);
+        added++;
+    }
+    closedir(d);
+    return r < 0 ? r : added;
+}
+
+int sbx_tree_signal(pid_t pid, int sig)
+{
+    struct members m = {0};
+    int r, rounds = 0, n = 0;
+
+    if (kill(pid, 0) < 0)
+        return -errno;
+    r = add(&m, pid);
+    if (r == 0 && kill(pid, SIGSTOP) < 0)
+        r = -errno;
+    /* Stopped members cannot fork; one that forked before its stop shows up in the next scan. */
+    while (r >= 0 && rounds++ < MAX_ROUNDS) {
+        r = scan(&m);
+        if (r == 0)
+            break;
+    }
+    for (size_t i = 0; i < m.n; i++)
+        if (kill(m.pid[i], sig) == 0)
+            n++;
+    if (sig != SIGKILL && sig != SIGSTOP)
+        for (size_t i = 0; i < m.n; i++)
+            (void)kill(m.pid[i], SIGCONT);
+    free(m.pid);
+    return r < 0 && n == 0 ? r : n;
+}
