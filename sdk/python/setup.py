@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
-PROTOS = ["process/v1/process.proto"]
+PROTOS = ["process/v1/process.proto", "sandboxd/v1/processes.proto"]
 
 
 def proto_dir() -> Path:
@@ -37,8 +37,8 @@ def generate(out: Path) -> None:
     # live inside our package, so they are made relative to it.
     for py in out.rglob("*_grpc.py"):
         text = py.read_text()
-        text = re.sub(r"^from process\.v1 import", "from sandboxd._gen.process.v1 import", text,
-                      flags=re.M)
+        text = re.sub(r"^from (process|sandboxd)\.v1 import", r"from sandboxd._gen.\1.v1 import",
+                      text, flags=re.M)
         py.write_text(text)
     for d in [out, *[p for p in out.rglob("*") if p.is_dir()]]:
         (d / "__init__.py").touch()

@@ -165,3 +165,34 @@ async def test_closing_the_sandbox_ends_its_processes(daemon):
     assert p._task.done() and q._task.done()
     with pytest.raises(errors.UnavailableError):
         await s.run("true")
+
+
+async def test_spawned_processes(asb, daemon):
+    p = await asb.processes.spawn("printf abc; read x; printf def >&2", stdin=True, tag="aio-x")
+    async with p.attach() as att:
+        async for ev in att:
+            assert (ev.stream, ev.offset, ev.data) == ("stdout", 0, b"abc")
+            break
+    assert [i.id for i in await asb.processes.list(tag="aio-x")] == [p.id]
+    await p.write("\n", eof=True)
+    ex = await p.wait(20)
+    assert ex.reason == "exited" and ex.exit_code == 0
+    async with (await asb.processes.handle(p.id)).attach(stdout_offset=1) as att:
+        assert await att.output() == b"bcdef"
+    assert att.exit == ex
+    t = await asb.processes.spawn("sleep 60 & sleep 60 & echo up; wait")
+    async with t.attach() as att:
+        async for ev in att:
+            assert ev.data == b"up\n"
+            break
+    assert await t.kill() >= 3
+    assert (await t.wait(20)).reason == "killed"
+    r = await asb.processes.run("echo hi; exit 4", max_output=100)
+    assert (r.exit_code, r.stdout, r.exit.reason) == (4, b"hi\n", "exited")
+    await p.remove()
+    with pytest.raises(errors.NotFoundError):
+        await asb.processes.get(p.id)
+    s = await asb.processes.spawn("stty size", pty=(20, 60))
+    await s.wait(20)
+    async with s.attach() as att:
+        assert b"20 60" in await att.output()

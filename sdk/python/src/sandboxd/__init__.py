@@ -16,8 +16,9 @@ from .errors import (ConflictError, FailedPreconditionError, InsufficientStorage
                      PermissionDeniedError, ProcessExitError, ResourceExhaustedError,
                      SandboxError, TimeoutError, UnauthenticatedError, UnavailableError,
                      UnimplementedError)
-from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
-                    UploadResult)
+from .processes import Attachment, Processes, SpawnedProcess
+from .types import (CommandResult, ExitDetail, ExitStatus, FileEntry, FileStat, Health,
+                    OutputChunk, OutputEvent, ProcessInfo, StreamOffsets, Truncated, UploadResult)
 
 __all__ = [
     "Sandbox", "Process", "Files", "errors", "SandboxError", "NotFoundError",
@@ -25,6 +26,7 @@ __all__ = [
     "PayloadTooLargeError", "InsufficientStorageError", "ResourceExhaustedError",
     "UnauthenticatedError", "UnavailableError", "UnimplementedError", "TimeoutError",
     "InternalError", "ProcessExitError", "CommandResult", "ExitStatus", "FileEntry", "FileStat",
-    "Health", "OutputEvent", "UploadResult",
+    "Health", "OutputEvent", "UploadResult", "Processes", "SpawnedProcess", "Attachment",
+    "ExitDetail", "ProcessInfo", "StreamOffsets", "OutputChunk", "Truncated",
 ]
 __version__ = "0.1.0"

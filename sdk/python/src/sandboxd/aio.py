@@ -19,6 +19,7 @@ from . import _common as c
 from . import errors
 from ._gen.process.v1 import process_pb2 as pb
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
+from .aio_processes import AsyncProcesses
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
 
@@ -40,6 +41,7 @@ class AsyncSandbox:
                                                   options=c.GRPC_OPTIONS)
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
         self.files = AsyncFiles(self.endpoint)
+        self.processes = AsyncProcesses(self, self._channel)
         self._closed = False
         self._procs: "weakref.WeakSet[AsyncProcess]" = weakref.WeakSet()
 

@@ -18,6 +18,7 @@ from . import _common as c
 from . import errors
 from ._gen.process.v1 import process_pb2 as pb
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
+from .processes import Processes
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
 
@@ -44,6 +45,7 @@ class Sandbox:
         self._channel = grpc.insecure_channel(self.endpoint.grpc_target, options=c.GRPC_OPTIONS)
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
         self.files = Files(self.endpoint)
+        self.processes = Processes(self, self._channel)
         self._closed = False
         self._procs: "weakref.WeakSet[Process]" = weakref.WeakSet()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 STDOUT = "stdout"
 STDERR = "stderr"
@@ -42,6 +42,10 @@ class CommandResult:
     stderr_truncated: bool = False
     timed_out: bool = False
     process_id: int = 0
+    # Only from Sandbox.processes.run: how it ended, and all the bytes it wrote per stream.
+    exit: Optional["ExitDetail"] = None
+    stdout_total: Optional[int] = None
+    stderr_total: Optional[int] = None
 
     @property
     def ok(self) -> bool:
@@ -129,3 +133,70 @@ class Health:
     status: str
     uptime_seconds: int
     raw: Dict[str, Any] = field(default_factory=dict)
+
+
+# -- sandboxd.v1.Processes (processes that outlive their calls) --------------------------------
+
+@dataclass(frozen=True)
+class ExitDetail:
+    """How a spawned process ended. exit_code is -1 when a signal ended it; signal is that
+    signal (else 0); reason is "exited", "signaled" (a signal nobody here sent), "killed"
+    (after a client's signal), "timed_out", "oom_killed" or "shutdown"."""
+
+    exit_code: int
+    signal: int = 0
+    core_dumped: bool = False
+    reason: str = "exited"
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class StreamOffsets:
+    """A stream's ring holds bytes [start, end); end is all the process wrote."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A spawned process as the daemon lists it; state is "running" or "exited"."""
+
+    id: int
+    pid: int
+    tag: str
+    command: List[str]
+    state: str
+    started_at: Optional[_dt.datetime]
+    exited_at: Optional[_dt.datetime]
+    exit: Optional[ExitDetail]
+    stdout: StreamOffsets
+    stderr: StreamOffsets
+    pty: bool
+    stdin: bool
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """Output of a spawned process read by attach: offset is that of data's first byte in its
+    stream."""
+
+    stream: str
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Truncated:
+    """Output in [start, end) of a stream was dropped from its ring before this reader got it."""
+
+    stream: str
+    start: int
+    end: int
