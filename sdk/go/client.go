@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	xpb "github.com/sandboxd/sandboxd/sdk/go/internal/processespb"
 	pb "github.com/sandboxd/sandboxd/sdk/go/internal/processpb"
 )
 
@@ -26,6 +27,7 @@ import (
 type Client struct {
 	conn    *grpc.ClientConn
 	proc    pb.ProcessServiceClient
+	jobs    xpb.ProcessesClient
 	http    *http.Client
 	base    string
 	token   string
@@ -120,7 +122,7 @@ func New(host string, opts ...Option) (*Client, error) {
 		hc = &http.Client{Transport: tr}
 	}
 	return &Client{
-		conn: conn, proc: pb.NewProcessServiceClient(conn), http: hc,
+		conn: conn, proc: pb.NewProcessServiceClient(conn), jobs: xpb.NewProcessesClient(conn), http: hc,
 		base: strings.TrimRight(base, "/"), token: cfg.token, timeout: cfg.timeout,
 	}, nil
 }

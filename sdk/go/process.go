@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	xpb "github.com/sandboxd/sandboxd/sdk/go/internal/processespb"
 	pb "github.com/sandboxd/sandboxd/sdk/go/internal/processpb"
 )
 
@@ -49,6 +50,9 @@ type Result struct {
 	StderrTruncated bool
 	TimedOut        bool // the Timeout passed and the process was killed
 	ProcessID       int32
+	// Only from RunProcess: how it ended, and all the bytes it wrote per stream.
+	Exit                     *ExitDetail
+	StdoutTotal, StderrTotal uint64
 }
 
 // Success reports whether the command exited 0 in time.
@@ -62,6 +66,7 @@ type procConfig struct {
 	stdout, stderr io.Writer
 	timeout        time.Duration
 	maxOutput      int
+	ext            *xpb.ProcessSpec // options only sandboxd.v1 carries (Spawn, RunProcess)
 }
 
 // ProcOption configures Run, Start and Execute.
@@ -103,6 +108,10 @@ func buildConfig(cmd []string, opts []ProcOption) (*pb.ProcessConfig, *procConfi
 	}
 	if pc.maxOutput < 0 {
 		return nil, nil, &Error{Code: "INVALID_ARGUMENT", Message: "negative MaxOutput"}
+	}
+	if pc.ext != nil {
+		return nil, nil, &Error{Code: "INVALID_ARGUMENT", Message: "Tag, OpenStdin, Grace, User, Rlimit, " +
+			"MemoryLimit and PidsLimit need Spawn or RunProcess (sandboxd.v1)"}
 	}
 	return &pb.ProcessConfig{Command: cmd, EnvVars: pc.env, Cwd: pc.dir}, pc, nil
 }
