@@ -32,6 +32,17 @@ commands:
   rm [-r] PATH         remove a path
   mv [-f] FROM TO      move a path within the sandbox
 
+processes that outlive sbx (sandboxd.v1.Processes):
+  run [-i] [-t] [--tag T] [-e K=V]... [-w DIR] [--timeout D] [--grace D] -- CMD [ARGS...]
+                       start a process in the background; prints its id
+  ps [--tag T]         list them: state, exit detail, output written
+  logs [-f] [--from N] [--stderr-from N] ID
+                       its output from byte offsets (-f: follow until it exits)
+  attach [-i] ID       follow its output (-i: feed its stdin); exits with its status
+  kill [--signal SIG] [--tree|--process] ID
+                       any signal to its group (default), the process, or its whole tree
+  wait ID              wait for it; exits with its status (128 + signal when killed)
+
 connection flags (also after the command), with their environment defaults:
   --host HOST          sandboxd's host ($SBX_HOST, 127.0.0.1)
   --grpc-port N        gRPC port ($SBX_GRPC_PORT, 9090)
@@ -108,6 +119,8 @@ type command func(ctx context.Context, g *globals, args []string) error
 var commands = map[string]command{
 	"exec": cmdExec, "shell": cmdShell, "cp": cmdCp, "ls": cmdLs, "stat": cmdStat,
 	"mkdir": cmdMkdir, "rm": cmdRm, "mv": cmdMv,
+	"run": cmdRun, "ps": cmdPs, "logs": cmdLogs, "attach": cmdAttach, "kill": cmdKill,
+	"wait": cmdWait,
 }
 
 func main() {

@@ -241,3 +241,64 @@ func TestLsStatMkdirMvRm(t *testing.T) {
 		t.Fatal("not removed")
 	}
 }
+
+func TestProcessCommands(t *testing.T) {
+	r := sbx(t, "", "run", "--tag", "cli-ps", "-i", "--", "sh", "-c", "echo one; read l; echo two $l; exit 5")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" {
+		t.Fatalf("%+v", r)
+	}
+	r = sbx(t, "", "--output", "json", "ps", "--tag", "cli-ps")
+	procs, _ := jsonOf(t, r.stdout)["processes"].([]any)
+	if len(procs) != 1 || fmt.Sprint(procs[0].(map[string]any)["id"]) != id || procs[0].(map[string]any)["state"] != "running" {
+		t.Fatalf("%+v", r)
+	}
+	if r := sbx(t, "", "ps"); r.code != 0 || !strings.Contains(r.stdout, "cli-ps") || !strings.HasPrefix(r.stdout, "ID") {
+		t.Fatalf("%+v", r)
+	}
+	// logs without -f: what is held now, from an offset.
+	deadline := time.Now().Add(10 * time.Second)
+	for r = sbx(t, "", "logs", id); r.stdout != "one\n"; r = sbx(t, "", "logs", id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r := sbx(t, "", "logs", "--from", "2", id); r.stdout != "e\n" {
+		t.Fatalf("%+v", r)
+	}
+	// attach follows to the exit, feeds stdin, and passes the status through.
+	r = sbx(t, "x\n", "attach", "-i", id)
+	if r.code != 5 || r.stdout != "one\ntwo x\n" {
+		t.Fatalf("%+v", r)
+	}
+	r = sbx(t, "", "--output", "json", "wait", id)
+	if v := jsonOf(t, r.stdout); r.code != 5 || v["exit_code"] != 5.0 || v["reason"] != "exited" {
+		t.Fatalf("%+v", r)
+	}
+	r = sbx(t, "", "run", "--", "sh", "-c", "sleep 60 & sleep 60 & wait")
+	id = strings.TrimSpace(r.stdout)
+	if r := sbx(t, "", "kill", "--signal", "KILL", "--tree", id); r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	if r := sbx(t, "", "wait", id); r.code != 128+9 {
+		t.Fatalf("%+v", r)
+	}
+	r = sbx(t, "", "run", "--", "head", "-c", "3000000", "/dev/zero")
+	id = strings.TrimSpace(r.stdout)
+	sbx(t, "", "wait", id)
+	r = sbx(t, "", "logs", id)
+	if !strings.Contains(r.stderr, "bytes of stdout dropped") || len(r.stdout) == 0 || len(r.stdout) >= 3000000 {
+		t.Fatalf("%d bytes, %q", len(r.stdout), r.stderr)
+	}
+	r = sbx(t, "", "--output", "json", "logs", id)
+	if v := jsonOf(t, r.stdout); len(v["truncated"].([]any)) != 1 || v["exit"].(map[string]any)["reason"] != "exited" {
+		t.Fatalf("%v", v["truncated"])
+	}
+	if r := sbx(t, "", "kill", "--signal", "BOGUS", id); r.code != 1 || !strings.Contains(r.stderr, "unknown signal") {
+		t.Fatalf("%+v", r)
+	}
+	if r := sbx(t, "", "wait", "999999"); r.code != 1 || !strings.Contains(r.stderr, "NOT_FOUND") {
+		t.Fatalf("%+v", r)
+	}
+}
