@@ -284,7 +284,14 @@ class AsyncFiles:
 
     async def _check(self, r: httpx.Response) -> httpx.Response:
         if r.status_code >= 400:
-            body = await r.aread()
+            try:
+                body = r.content
+            except httpx.ResponseNotRead:  # a streamed answer: its first 64 KiB at most
+                body = b""
+                async for chunk in r.aiter_bytes():
+                    body += chunk
+                    if len(body) >= 65536:
+                        break
             raise errors.from_http(r.status_code, body[:65536])
         return r
 

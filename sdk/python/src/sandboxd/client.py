@@ -340,7 +340,14 @@ class Files:
 
     def _check(self, r: httpx.Response) -> httpx.Response:
         if r.status_code >= 400:
-            body = r.read() if not r.is_closed else r.content
+            try:
+                body = r.content
+            except httpx.ResponseNotRead:  # a streamed answer: its first 64 KiB at most
+                body = b""
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) >= 65536:
+                        break
             raise errors.from_http(r.status_code, body[:65536])
         return r
 
