@@ -23,43 +23,38 @@ func cmdLs(ctx context.Context, g *globals, args []string) error {
 	} else if len(rest) == 1 {
 		p = rest[0]
 	}
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	ents, err := c.List(ctx, p)
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		type entry struct {
-			Name    string    `json:"name"`
-			Type    string    `json:"type"`
-			Size    int64     `json:"size"`
-			Mode    string    `json:"mode"`
-			ModTime time.Time `json:"modified_at"`
+	return withClient(ctx, g, func(ctx context.Context, c *sandboxd.Client) error {
+		ents, err := c.List(ctx, p)
+		if err != nil {
+			return err
 		}
-		out := make([]entry, len(ents))
-		for i, e := range ents {
-			out[i] = entry{e.Name, e.Type, e.Size, fmt.Sprintf("%04o", uint32(e.Mode)), e.ModTime}
+		if g.json() {
+			type entry struct {
+				Name    string    `json:"name"`
+				Type    string    `json:"type"`
+				Size    int64     `json:"size"`
+				Mode    string    `json:"mode"`
+				ModTime time.Time `json:"modified_at"`
+			}
+			out := make([]entry, len(ents))
+			for i, e := range ents {
+				out[i] = entry{e.Name, e.Type, e.Size, fmt.Sprintf("%04o", uint32(e.Mode)), e.ModTime}
+			}
+			printJSON(map[string]any{"path": p, "entries": out})
+			return nil
 		}
-		printJSON(map[string]any{"path": p, "entries": out})
-		return nil
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for _, e := range ents {
-		kind := "-"
-		name := e.Name
-		if e.IsDir() {
-			kind, name = "d", name+"/"
+		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		for _, e := range ents {
+			kind := "-"
+			name := e.Name
+			if e.IsDir() {
+				kind, name = "d", name+"/"
+			}
+			fmt.Fprintf(tw, "%s%s\t%d\t%s\t %s\n", kind, os.FileMode(e.Mode).Perm().String()[1:], e.Size,
+				e.ModTime.Local().Format("2006-01-02 15:04"), name)
 		}
-		fmt.Fprintf(tw, "%s%s\t%d\t%s\t %s\n", kind, os.FileMode(e.Mode).Perm().String()[1:], e.Size,
-			e.ModTime.Local().Format("2006-01-02 15:04"), name)
-	}
-	return tw.Flush()
+		return tw.Flush()
+	})
 }
 
 func cmdStat(ctx context.Context, g *globals, args []string) error {
@@ -71,49 +66,39 @@ func cmdStat(ctx context.Context, g *globals, args []string) error {
 	if len(rest) != 1 {
 		return errUsage
 	}
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	fi, err := c.Stat(ctx, rest[0])
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		printJSON(map[string]any{
-			"path": fi.Path, "name": fi.Name, "type": fi.Type, "size": fi.Size,
-			"mode": fmt.Sprintf("%04o", uint32(fi.Mode)), "uid": fi.UID, "gid": fi.GID,
-			"modified_at": fi.ModTime, "symlink_target": fi.SymlinkTarget,
-		})
+	return withClient(ctx, g, func(ctx context.Context, c *sandboxd.Client) error {
+		fi, err := c.Stat(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		if g.json() {
+			printJSON(map[string]any{
+				"path": fi.Path, "name": fi.Name, "type": fi.Type, "size": fi.Size,
+				"mode": fmt.Sprintf("%04o", uint32(fi.Mode)), "uid": fi.UID, "gid": fi.GID,
+				"modified_at": fi.ModTime, "symlink_target": fi.SymlinkTarget,
+			})
+			return nil
+		}
+		fmt.Printf("path: %s\ntype: %s\nsize: %d\nmode: %04o\nuid: %d\ngid: %d\nmodified: %s\n",
+			fi.Path, fi.Type, fi.Size, uint32(fi.Mode), fi.UID, fi.GID, fi.ModTime.Format(time.RFC3339))
+		if fi.SymlinkTarget != "" {
+			fmt.Printf("target: %s\n", fi.SymlinkTarget)
+		}
 		return nil
-	}
-	fmt.Printf("path: %s\ntype: %s\nsize: %d\nmode: %04o\nuid: %d\ngid: %d\nmodified: %s\n",
-		fi.Path, fi.Type, fi.Size, uint32(fi.Mode), fi.UID, fi.GID, fi.ModTime.Format(time.RFC3339))
-	if fi.SymlinkTarget != "" {
-		fmt.Printf("target: %s\n", fi.SymlinkTarget)
-	}
-	return nil
+	})
 }
 
 // simple runs a call that prints nothing (or {"ok": true} with --output json).
 func simple(ctx context.Context, g *globals, call func(context.Context, *sandboxd.Client) error) error {
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	if err := call(ctx, c); err != nil {
-		return err
-	}
-	if g.json() {
-		printJSON(map[string]bool{"ok": true})
-	}
-	return nil
+	return withClient(ctx, g, func(ctx context.Context, c *sandboxd.Client) error {
+		if err := call(ctx, c); err != nil {
+			return err
+		}
+		if g.json() {
+			printJSON(map[string]bool{"ok": true})
+		}
+		return nil
+	})
 }
 
 func cmdMkdir(ctx context.Context, g *globals, args []string) error {

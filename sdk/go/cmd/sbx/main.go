@@ -225,6 +225,19 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, 60*time.Second)
 }
 
+// withClient runs fn with a client and a context bounded to a minute (the commands whose
+// calls are short).
+func withClient(ctx context.Context, g *globals, fn func(context.Context, *sandboxd.Client) error) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	return fn(ctx, c)
+}
+
 func splitEnv(kvs []string) (map[string]string, error) {
 	if len(kvs) == 0 {
 		return nil, nil

@@ -73,23 +73,18 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	if *grace > 0 {
 		opts = append(opts, sandboxd.Grace(*grace))
 	}
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	p, err := c.Spawn(ctx, rest, opts...)
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		printJSON(p.Info)
-	} else {
-		fmt.Println(p.ID)
-	}
-	return nil
+	return withClient(ctx, g, func(ctx context.Context, c *sandboxd.Client) error {
+		p, err := c.Spawn(ctx, rest, opts...)
+		if err != nil {
+			return err
+		}
+		if g.json() {
+			printJSON(p.Info)
+		} else {
+			fmt.Println(p.ID)
+		}
+		return nil
+	})
 }
 
 func cmdPs(ctx context.Context, g *globals, args []string) error {
@@ -98,35 +93,30 @@ func cmdPs(ctx context.Context, g *globals, args []string) error {
 	if rest, err := parse(fs, g, args, true); err != nil || len(rest) != 0 {
 		return errUsage
 	}
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	list, err := c.ListProcesses(ctx, *tag)
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		printJSON(map[string]any{"processes": list})
-		return nil
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPID\tSTATE\tEXIT\tTAG\tOUTPUT\tCOMMAND")
-	for _, p := range list {
-		exit := ""
-		if p.Exit != nil {
-			exit = fmt.Sprintf("%d %s", p.Exit.Code, p.Exit.Reason)
-			if p.Exit.Signal != 0 {
-				exit = fmt.Sprintf("sig %d %s", p.Exit.Signal, p.Exit.Reason)
-			}
+	return withClient(ctx, g, func(ctx context.Context, c *sandboxd.Client) error {
+		list, err := c.ListProcesses(ctx, *tag)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d/%d\t%s\n", p.ID, p.PID, p.State, exit, p.Tag,
-			p.Stdout.End, p.Stderr.End, strings.Join(p.Command, " "))
-	}
-	return tw.Flush()
+		if g.json() {
+			printJSON(map[string]any{"processes": list})
+			return nil
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tPID\tSTATE\tEXIT\tTAG\tOUTPUT\tCOMMAND")
+		for _, p := range list {
+			exit := ""
+			if p.Exit != nil {
+				exit = fmt.Sprintf("%d %s", p.Exit.Code, p.Exit.Reason)
+				if p.Exit.Signal != 0 {
+					exit = fmt.Sprintf("sig %d %s", p.Exit.Signal, p.Exit.Reason)
+				}
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d/%d\t%s\n", p.ID, p.PID, p.State, exit, p.Tag,
+				p.Stdout.End, p.Stderr.End, strings.Join(p.Command, " "))
+		}
+		return tw.Flush()
+	})
 }
 
 // cmdLogs prints a spawned process's output from offsets (-f: following it until it exits);
@@ -262,21 +252,16 @@ func cmdKill(ctx context.Context, g *globals, args []string) error {
 	} else if *alone {
 		scope = sandboxd.ScopeProcess
 	}
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	n, err := c.Process(id).Signal(ctx, sig, scope)
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		printJSON(map[string]int{"signalled": n})
-	}
-	return nil
+	return withClient(ctx, g, func(ctx context.Context, c *sandboxd.Client) error {
+		n, err := c.Process(id).Signal(ctx, sig, scope)
+		if err != nil {
+			return err
+		}
+		if g.json() {
+			printJSON(map[string]int{"signalled": n})
+		}
+		return nil
+	})
 }
 
 func cmdWait(ctx context.Context, g *globals, args []string) error {
