@@ -15,8 +15,8 @@ mcp = pytest.importorskip("mcp", reason="the mcp package is not installed (pip i
 from mcp import Client  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
-TOOLS = {"run", "start", "read_output", "write_stdin", "signal", "upload", "download",
-         "list_files", "stat"}
+TOOLS = {"run", "start", "read_output", "list_processes", "write_stdin", "signal", "upload",
+         "download", "list_files", "stat"}
 
 
 def server(daemon):
@@ -65,32 +65,44 @@ async def test_run(daemon):
 
 async def test_start_read_write_signal(daemon):
     async with Client(server(daemon), read_timeout_seconds=60) as client:
-        p = (await call(client, "start", command="echo ready; read l; echo got $l; exec sleep 60"))
+        p = await call(client, "start", command="echo ready; read l; echo got $l; exec sleep 60",
+                       tag="mcp-test")
         pid = p["process_id"]
         out = ""
         while "ready" not in out:
             r = await call(client, "read_output", process_id=pid, wait_seconds=10)
             assert not r["exited"], r
             out += r["stdout"]
+        assert out == "ready\n"  # read once, never twice
         await call(client, "write_stdin", process_id=pid, data="hello\n")
         out = ""
         while "got hello" not in out:
             r = await call(client, "read_output", process_id=pid, wait_seconds=10)
             out += r["stdout"]
-        await call(client, "signal", process_id=pid, signal="SIGTERM")
+        assert out == "got hello\n"
+        listed = await call(client, "list_processes", tag="mcp-test")
+        assert [(q["process_id"], q["state"]) for q in listed["processes"]] == [(pid, "running")]
+        r = await call(client, "signal", process_id=pid, signal="SIGTERM", scope="tree")
+        assert r["signalled"] >= 1
         r = await call(client, "read_output", process_id=pid, wait_seconds=10)
         while not r["exited"]:
             r = await call(client, "read_output", process_id=pid, wait_seconds=10)
-        assert r["exit_code"] == -1
-        # Once its exit was read, the process is forgotten.
-        assert "NOT_FOUND" in await call_error(client, "read_output", process_id=pid)
+        assert (r["exit_code"], r["exit_reason"]) == (-1, "killed")
+        assert "NOT_FOUND" in await call_error(client, "read_output", process_id=999999)
         p = await call(client, "start", command=["cat"], pty=False)
         await call(client, "write_stdin", process_id=p["process_id"], data="x", close=True)
-        r = await call(client, "read_output", process_id=p["process_id"], wait_seconds=10)
+        out = ""
+        r = {"exited": False}
         while not r["exited"]:
-            r2 = await call(client, "read_output", process_id=p["process_id"], wait_seconds=10)
-            r = {**r2, "stdout": r["stdout"] + r2["stdout"]}
-        assert r["stdout"] == "x" and r["exit_code"] == 0
+            r = await call(client, "read_output", process_id=p["process_id"], wait_seconds=10)
+            out += r["stdout"]
+        assert out == "x" and r["exit_code"] == 0
+    # The processes outlive the server: a new session finds the first one.
+    async with Client(server(daemon), read_timeout_seconds=60) as client:
+        listed = await call(client, "list_processes", tag="mcp-test")
+        assert [q["exit_reason"] for q in listed["processes"]] == ["killed"]
+        r = await call(client, "read_output", process_id=pid)
+        assert r["stdout"] == "ready\ngot hello\n" and r["exited"]
 
 
 async def test_files(daemon, tmp_path):

@@ -3,7 +3,9 @@ files as tools, over the asyncio SDK. Needs the `mcp` extra (pip install 'sandbo
 
     sandboxd-mcp --host 127.0.0.1 --grpc-port 9090 --rest-port 8080 [--token T]
 
-Tools: run, start, read_output, write_stdin, signal, upload, download, list_files, stat.
+Tools: run, start, read_output, list_processes, write_stdin, signal, upload, download,
+list_files, stat. Started processes are sandboxd.v1 spawned processes: they outlive this
+server, and their output is read from the daemon's rings by offset.
 """
 
 from __future__ import annotations
@@ -14,17 +16,17 @@ import base64
 import functools
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar, Union
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from . import errors
-from .aio import AsyncProcess, AsyncSandbox
+from .aio import AsyncSandbox
+from .aio_processes import AsyncSpawnedProcess
+from .types import Truncated
 
-MAX_PROCESSES = 64  # started processes tracked at once
-MAX_BUFFERED = 1 << 20  # unread output kept per process and stream; older bytes are dropped
+MAX_BUFFERED = 1 << 20  # output returned per read_output and stream; the rest comes next time
 MAX_INLINE = 4 << 20  # largest file content passed inline (upload content, download result)
 
 
@@ -52,69 +54,44 @@ def _text(data: bytes) -> Dict[str, Any]:
         return {"text": base64.b64encode(data).decode(), "encoding": "base64"}
 
 
-@dataclass
-class Tracked:
-    """A started process whose output a task collects until an agent reads it."""
-
-    proc: AsyncProcess
-    out: Dict[str, bytearray] = field(default_factory=lambda: {"stdout": bytearray(),
-                                                                "stderr": bytearray()})
-    dropped: Dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    exit_code: Optional[int] = None
-    error: Optional[str] = None
-    task: Optional["asyncio.Task[None]"] = None
-
-    async def collect(self) -> None:
-        try:
-            async for ev in self.proc:
-                buf = self.out[ev.stream]
-                buf += ev.data
-                if len(buf) > MAX_BUFFERED:
-                    cut = len(buf) - MAX_BUFFERED
-                    del buf[:cut]
-                    self.dropped[ev.stream] += cut
-                self.changed.set()
-            st = self.proc.exit_status
-            self.exit_code = st.exit_code if st else None
-        except errors.SandboxError as e:
-            self.error = str(e)
-        finally:
-            self.changed.set()
-
-    def take(self) -> Dict[str, Any]:
-        res: Dict[str, Any] = {}
-        for s in ("stdout", "stderr"):
-            res[s] = _text(bytes(self.out[s]))["text"] if self.out[s] else ""
-            res[s + "_dropped_bytes"] = self.dropped[s]
-            self.out[s].clear()
-            self.dropped[s] = 0
-        res["exited"] = self.exit_code is not None or self.error is not None
-        res["exit_code"] = self.exit_code
-        if self.error:
-            res["error"] = self.error
-        self.changed.clear()
-        return res
-
-
 class Tools:
-    """The sandbox the tools act on, connected on first use (inside the server's loop)."""
+    """The sandbox the tools act on, connected on first use (inside the server's loop), and
+    how far the agent has read each started process's output."""
 
     def __init__(self, kw: Dict[str, Any]) -> None:
         self._kw = kw
         self._sb: Optional[AsyncSandbox] = None
-        self.procs: Dict[int, Tracked] = {}
+        self.read_to: Dict[int, Dict[str, int]] = {}  # process id → stream → next offset
 
     def sb(self) -> AsyncSandbox:
         if self._sb is None:
             self._sb = AsyncSandbox(**self._kw)
         return self._sb
 
-    def tracked(self, process_id: int) -> Tracked:
-        t = self.procs.get(process_id)
-        if t is None:
-            raise errors.NotFoundError(f"no started process {process_id}")
-        return t
+    async def take(self, process_id: int, follow: bool) -> Dict[str, Any]:
+        """The output after the agent's offsets (with follow: until the first new output or
+        the exit), and the offsets moved past it."""
+        off = self.read_to.setdefault(process_id, {"stdout": 0, "stderr": 0})
+        p = AsyncSpawnedProcess(self.sb().processes, process_id, None)  # type: ignore[arg-type]
+        out = {"stdout": bytearray(), "stderr": bytearray()}
+        dropped = {"stdout": 0, "stderr": 0}
+        async with p.attach(stdout_offset=off["stdout"], stderr_offset=off["stderr"],
+                            follow=follow) as att:
+            async for ev in att:
+                if isinstance(ev, Truncated):
+                    dropped[ev.stream] += ev.end - ev.start
+                    off[ev.stream] = max(off[ev.stream], ev.end)
+                else:
+                    room = MAX_BUFFERED - len(out[ev.stream])
+                    out[ev.stream] += ev.data[:max(room, 0)]
+                    off[ev.stream] = ev.offset + min(len(ev.data), max(room, 0))
+                    if follow:
+                        break
+        res: Dict[str, Any] = {}
+        for st in ("stdout", "stderr"):
+            res[st] = _text(bytes(out[st]))["text"]
+            res[st + "_dropped_bytes"] = dropped[st]
+        return res
 
 
 def build(kw: Dict[str, Any]) -> MCPServer:
@@ -143,53 +120,67 @@ def build(kw: Dict[str, Any]) -> MCPServer:
     @server.tool()
     @guard
     async def start(command: Union[str, List[str]], cwd: Optional[str] = None,
-                    env: Optional[Dict[str, str]] = None, pty: bool = False) -> Dict[str, Any]:
-        """Starts a command in the background; read its output with read_output, feed it with
-        write_stdin, stop it with signal."""
-        live = [pid for pid, t in tools.procs.items() if t.exit_code is None and not t.error]
-        if len(live) >= MAX_PROCESSES:
-            raise errors.ResourceExhaustedError(f"{MAX_PROCESSES} processes are running already")
-        p = await tools.sb().start(command, cwd=cwd, env=env, pty=(24, 80) if pty else None)
-        t = Tracked(p)
-        t.task = asyncio.ensure_future(t.collect())
-        tools.procs[p.pid] = t
-        return {"process_id": p.pid}
+                    env: Optional[Dict[str, str]] = None, pty: bool = False,
+                    tag: str = "mcp") -> Dict[str, Any]:
+        """Starts a command in the background (it keeps running until it exits, even if
+        this server goes away); read its output with read_output, feed it with write_stdin,
+        stop it with signal, find it again with list_processes."""
+        p = await tools.sb().processes.spawn(command, cwd=cwd, env=env, tag=tag, stdin=True,
+                                             pty=(24, 80) if pty else None)
+        return {"process_id": p.id}
 
     @server.tool()
     @guard
     async def read_output(process_id: int, wait_seconds: float = 0.0) -> Dict[str, Any]:
-        """Returns the output of a started process since the last read, and whether it has
-        exited (with its exit code). wait_seconds > 0 waits that long at most for something
-        new."""
-        t = tools.tracked(process_id)
-        if wait_seconds > 0 and not t.changed.is_set():
+        """Returns a started process's output since the last read (up to 1 MiB per stream;
+        output the daemon no longer held is counted in *_dropped_bytes), and whether it has
+        exited, with its exit code and reason. wait_seconds > 0 waits that long at most for
+        something new."""
+        res = await tools.take(process_id, follow=False)
+        info = await tools.sb().processes.get(process_id)
+        if wait_seconds > 0 and info.running and not (res["stdout"] or res["stderr"]):
+            before = dict(tools.read_to[process_id])
             try:
-                await asyncio.wait_for(t.changed.wait(), min(wait_seconds, 300.0))
+                await asyncio.wait_for(tools.take(process_id, follow=True),
+                                       min(wait_seconds, 300.0))
             except asyncio.TimeoutError:
                 pass
-        res = t.take()
-        if res["exited"]:
-            tools.procs.pop(process_id, None)
-            await t.proc.close()
+            # Whatever the wait saw is read again from the same offsets, with what followed.
+            tools.read_to[process_id] = before
+            res = await tools.take(process_id, follow=False)
+            info = await tools.sb().processes.get(process_id)
+        res["exited"] = not info.running
+        res["exit_code"] = info.exit.exit_code if info.exit else None
+        res["exit_reason"] = info.exit.reason if info.exit else None
         return res
+
+    @server.tool()
+    @guard
+    async def list_processes(tag: str = "") -> Dict[str, Any]:
+        """The processes started in the sandbox (by anyone; with tag: only those), running
+        or recently exited."""
+        return {"processes": [
+            {"process_id": i.id, "tag": i.tag, "command": i.command, "state": i.state,
+             "exit_code": i.exit.exit_code if i.exit else None,
+             "exit_reason": i.exit.reason if i.exit else None,
+             "stdout_bytes": i.stdout.end, "stderr_bytes": i.stderr.end}
+            for i in await tools.sb().processes.list(tag=tag)]}
 
     @server.tool()
     @guard
     async def write_stdin(process_id: int, data: str = "", close: bool = False) -> Dict[str, Any]:
         """Writes text to a started process's stdin; close=True then sends end of file."""
-        t = tools.tracked(process_id)
-        if data:
-            await t.proc.write(data)
-        if close:
-            await t.proc.close_stdin()
+        p = AsyncSpawnedProcess(tools.sb().processes, process_id, None)  # type: ignore[arg-type]
+        await p.write(data, eof=close)
         return {"ok": True}
 
     @server.tool()
     @guard
-    async def signal(process_id: int, signal: str = "SIGTERM") -> Dict[str, Any]:
-        """Sends SIGTERM, SIGINT or SIGKILL to a started process's group."""
-        await tools.tracked(process_id).proc.signal(signal)
-        return {"ok": True}
+    async def signal(process_id: int, signal: str = "SIGTERM", scope: str = "group") -> Dict[str, Any]:
+        """Sends any signal (name or number) to a started process's group, the process alone
+        (scope "process") or its whole tree (scope "tree")."""
+        p = AsyncSpawnedProcess(tools.sb().processes, process_id, None)  # type: ignore[arg-type]
+        return {"signalled": await p.signal(signal, scope)}
 
     @server.tool()
     @guard
