@@ -148,6 +148,13 @@ def test_sync_and_async_share_types():
     for name in ("upload", "download", "upload_dir", "download_dir", "stat", "list", "mkdir",
                  "move", "remove", "exists", "read_bytes", "write_bytes", "metadata"):
         assert hasattr(sandboxd.aio.AsyncFiles, name) and hasattr(sandboxd.Files, name)
+    from sandboxd.aio_processes import AsyncProcesses, AsyncSpawnedProcess
+
+    def public(cls):
+        return {n for n in vars(cls) if not n.startswith("_")}
+
+    assert public(AsyncProcesses) == public(sandboxd.Processes)
+    assert public(AsyncSpawnedProcess) == public(sandboxd.SpawnedProcess)
 
 
 async def test_run_large_stdin_through_a_filter(asb):
