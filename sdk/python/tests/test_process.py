@@ -42,7 +42,8 @@ def test_run_output_cap_truncates_client_side(sb):
 
 def test_run_timeout_kills_the_process(sb):
     r = sb.run("echo started; exec sleep 60", timeout=0.5)
-    assert r.timed_out and r.exit_code == -1 and r.stdout == b"started\n"
+    # What it printed before the kill is kept (if it got that far under load).
+    assert r.timed_out and r.exit_code == -1 and r.stdout in (b"", b"started\n")
     assert not r.ok
 
 
