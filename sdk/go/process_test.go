@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -253,18 +254,26 @@ func TestSignals(t *testing.T) {
 
 func TestCloseKillsProcess(t *testing.T) {
 	c := shared.client(t)
-	marker := filepath.Join(shared.Root, "go-closed-marker")
-	p, err := c.Start(ctx(t), sandboxd.Shell("echo up; sleep 2; touch "+marker))
+	// The shell tells its OS pid (same machine), then would run for a minute.
+	p, err := c.Start(ctx(t), sandboxd.Shell("echo $$; exec sleep 60"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := p.Next(); err != nil || string(ev.Data) != "up\n" {
+	ev, err := p.Next()
+	if err != nil {
 		t.Fatal(err)
 	}
+	proc := "/proc/" + strings.TrimSpace(string(ev.Data))
 	p.Close()
-	r, err := c.Run(ctx(t), sandboxd.Shell("sleep 3; test -e "+marker+" && echo present || echo absent"))
-	if err != nil || string(r.Stdout) != "absent\n" {
-		t.Fatalf("%+v %v", r, err)
+	// The stream went away: the daemon kills the group (bounded wait, polled).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		stat, err := os.ReadFile(proc + "/stat")
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still alive after Close", proc)
+		}
 	}
 }
 
