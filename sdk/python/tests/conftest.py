@@ -29,8 +29,10 @@ class Daemon:
         self.socket = socket
         self.lines: List[str] = []
         self._cv = threading.Condition()
+        # SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
+        env = {k: v for k, v in os.environ.items() if k != "SANDBOXD_TOKEN"}
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, env=env)
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
         try:

@@ -302,3 +302,43 @@ func TestProcessCommands(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+func TestToken(t *testing.T) {
+	bin, _ := testdaemon.Binary()
+	help, _ := exec.Command(bin, "--help").CombinedOutput()
+	if !strings.Contains(string(help), "--token-file") {
+		t.Skip("this sandboxd has no --token-file yet (bearer-token auth not built)")
+	}
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "token")
+	os.WriteFile(tf, []byte("cli-token\n"), 0o600)
+	td, err := testdaemon.Start(bin, dir, "--token-file", tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := td.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ports := []string{"--grpc-port", strconv.Itoa(td.GRPCPort), "--rest-port", strconv.Itoa(td.RESTPort)}
+	run := func(env string, args ...string) result {
+		cmd := exec.Command(sbxBin, append(ports, args...)...)
+		cmd.Env = append(os.Environ(), env)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+	}
+	if r := run("SANDBOXD_TOKEN=cli-token", "exec", "--", "echo", "ok"); r.code != 0 || r.stdout != "ok\n" {
+		t.Fatalf("token from the environment: %+v", r)
+	}
+	if r := run("X=1", "--token", "cli-token", "ls"); r.code != 0 {
+		t.Fatalf("--token: %+v", r)
+	}
+	for _, args := range [][]string{{"exec", "--", "true"}, {"ls"}, {"--token", "wrong", "stat", "/"}} {
+		if r := run("SANDBOXD_TOKEN=", args...); r.code != 1 || !strings.Contains(r.stderr, "UNAUTHENTICATED") {
+			t.Fatalf("%v: %+v", args, r)
+		}
+	}
+}

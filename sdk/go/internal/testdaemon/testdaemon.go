@@ -42,6 +42,12 @@ func Start(bin, dir string, extra ...string) (*Daemon, error) {
 	args := append([]string{"--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0",
 		"--root-dir", root, "--grpc-socket", d.Socket, "--shutdown-timeout", "5s"}, extra...)
 	d.cmd = exec.Command(bin, args...)
+	// SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SANDBOXD_TOKEN=") {
+			d.cmd.Env = append(d.cmd.Env, kv)
+		}
+	}
 	out, err := d.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
