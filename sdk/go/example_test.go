@@ -62,3 +62,42 @@ func Example() {
 	// download: some data
 	// not found: true
 }
+
+// Processes that outlive the client (sandboxd.v1.Processes).
+func ExampleClient_Spawn() {
+	grpcPort, _ := strconv.Atoi(os.Getenv("SANDBOXD_GRPC_PORT"))
+	restPort, _ := strconv.Atoi(os.Getenv("SANDBOXD_REST_PORT"))
+	c, _ := sandboxd.New("127.0.0.1", sandboxd.WithGRPCPort(grpcPort), sandboxd.WithRESTPort(restPort))
+	defer c.Close()
+	ctx := context.Background()
+
+	job, err := c.Spawn(ctx, sandboxd.Shell("echo step 1; echo step 2; read x; echo done $x"),
+		sandboxd.Tag("example"), sandboxd.OpenStdin())
+	if err != nil {
+		panic(err)
+	}
+	// Anyone can find it again, read from any offset, and feed it.
+	same := c.Process(job.ID)
+	a, _ := same.Attach(ctx) // follows: first the two steps
+	var seen strings.Builder
+	for !strings.Contains(seen.String(), "step 2") {
+		ev, err := a.Next()
+		if err != nil {
+			panic(err)
+		}
+		seen.Write(ev.Data)
+	}
+	a.Close()
+	same.Write(ctx, []byte("now\n"), true)
+	exit, _ := same.Wait(ctx)
+	fmt.Println("exit:", exit.Code, exit.Reason)
+	a, _ = same.Attach(ctx, sandboxd.FromOffsets(7, 0)) // from the second line on
+	var rest strings.Builder
+	a.Copy(&rest, nil, nil)
+	fmt.Print(rest.String())
+	same.Remove(ctx)
+	// Output:
+	// exit: 0 exited
+	// step 2
+	// done now
+}
