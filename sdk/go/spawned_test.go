@@ -53,7 +53,7 @@ func TestSpawnOutlivesClientAndReattaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := p.Attach(x)
+	a := mustAttach(t, p)
 	ev, err := a.Next()
 	a.Close()
 	if err != nil || string(ev.Data) != "abcdef" || ev.Offset != 0 {
@@ -66,7 +66,7 @@ func TestSpawnOutlivesClientAndReattaches(t *testing.T) {
 	if err != nil || info.State != "running" || info.Stdout.End != 6 {
 		t.Fatalf("%+v %v", info, err)
 	}
-	a, _ = q.Attach(x, sandboxd.FromOffsets(3, 0), sandboxd.NoFollow())
+	a = mustAttach(t, q, sandboxd.FromOffsets(3, 0), sandboxd.NoFollow())
 	var out bytes.Buffer
 	if ex, err := a.Copy(&out, nil, nil); err != nil || ex != nil || out.String() != "def" {
 		t.Fatalf("%q %+v %v", out.String(), ex, err)
@@ -74,7 +74,7 @@ func TestSpawnOutlivesClientAndReattaches(t *testing.T) {
 	if err := q.Write(x, []byte("go\n"), true); err != nil {
 		t.Fatal(err)
 	}
-	a, _ = q.Attach(x, sandboxd.FromOffsets(6, 0), sandboxd.OnlyStream(sandboxd.StreamStdout))
+	a = mustAttach(t, q, sandboxd.FromOffsets(6, 0), sandboxd.OnlyStream(sandboxd.StreamStdout))
 	out.Reset()
 	if ex, err := a.Copy(&out, nil, nil); err != nil || ex.Reason != "exited" || out.String() != "ghi" {
 		t.Fatalf("%q %+v %v", out.String(), ex, err)
@@ -84,9 +84,9 @@ func TestSpawnOutlivesClientAndReattaches(t *testing.T) {
 func TestSpawnTruncationSignalsTimeout(t *testing.T) {
 	c := shared.client(t)
 	x := ctx(t)
-	p, _ := c.Spawn(x, sandboxd.Shell("head -c 3000000 /dev/zero"))
+	p := mustSpawn(t, c, sandboxd.Shell("head -c 3000000 /dev/zero"))
 	p.Wait(x)
-	a, _ := p.Attach(x)
+	a := mustAttach(t, p)
 	var gaps []sandboxd.AttachEvent
 	var n countWriter
 	if _, err := a.Copy(&n, nil, func(e sandboxd.AttachEvent) { gaps = append(gaps, e) }); err != nil {
@@ -95,8 +95,8 @@ func TestSpawnTruncationSignalsTimeout(t *testing.T) {
 	if len(gaps) != 1 || gaps[0].From != 0 || gaps[0].To != uint64(3000000-n.n) || n.n == 0 {
 		t.Fatalf("gaps %+v, %d bytes", gaps, n.n)
 	}
-	tr, _ := c.Spawn(x, sandboxd.Shell("setsid sleep 60 & sleep 60 & echo up; wait"))
-	a, _ = tr.Attach(x)
+	tr := mustSpawn(t, c, sandboxd.Shell("setsid sleep 60 & sleep 60 & echo up; wait"))
+	a = mustAttach(t, tr)
 	if ev, err := a.Next(); err != nil || string(ev.Data) != "up\n" {
 		t.Fatal(err)
 	}
@@ -107,22 +107,22 @@ func TestSpawnTruncationSignalsTimeout(t *testing.T) {
 	if ex, err := tr.Wait(x); err != nil || ex.Reason != "killed" || ex.Signal != 9 || ex.Code != -1 {
 		t.Fatalf("%+v %v", ex, err)
 	}
-	u, _ := c.Spawn(x, sandboxd.Shell("trap 'exit 9' USR1; echo armed; while :; do sleep 0.05; done"))
-	a, _ = u.Attach(x)
+	u := mustSpawn(t, c, sandboxd.Shell("trap 'exit 9' USR1; echo armed; while :; do sleep 0.05; done"))
+	a = mustAttach(t, u)
 	a.Next()
 	a.Close()
 	if _, err := u.Signal(x, syscall.SIGUSR1, sandboxd.ScopeProcess); err != nil {
 		t.Fatal(err)
 	}
-	if ex, _ := u.Wait(x); ex.Code != 9 || ex.Reason != "exited" {
-		t.Fatalf("%+v", ex)
+	if ex, err := u.Wait(x); err != nil || ex.Code != 9 || ex.Reason != "exited" {
+		t.Fatalf("%+v %v", ex, err)
 	}
-	to, _ := c.Spawn(x, []string{"sleep", "60"}, sandboxd.Timeout(300*time.Millisecond), sandboxd.Grace(200*time.Millisecond))
-	if ex, _ := to.Wait(x); ex.Reason != "timed_out" {
-		t.Fatalf("%+v", ex)
+	to := mustSpawn(t, c, []string{"sleep", "60"}, sandboxd.Timeout(300*time.Millisecond), sandboxd.Grace(200*time.Millisecond))
+	if ex, err := to.Wait(x); err != nil || ex.Reason != "timed_out" {
+		t.Fatalf("%+v %v", ex, err)
 	}
-	pt, _ := c.Spawn(x, sandboxd.Shell("stty size; read l; stty size"), sandboxd.PTY(24, 80))
-	a, _ = pt.Attach(x)
+	pt := mustSpawn(t, c, sandboxd.Shell("stty size; read l; stty size"), sandboxd.PTY(24, 80))
+	a = mustAttach(t, pt)
 	var seen []byte
 	for !bytes.Contains(seen, []byte("24 80")) {
 		ev, err := a.Next()
@@ -146,25 +146,25 @@ func TestRunProcess(t *testing.T) {
 	if err != nil || r.ExitCode != 2 || string(r.Stdout) != "hi\n" || r.Exit.Reason != "exited" {
 		t.Fatalf("%+v %v", r, err)
 	}
-	r, _ = c.RunProcess(x, []string{"cat"}, sandboxd.Stdin(strings.NewReader("in")))
+	r = mustRunProcess(t, c, []string{"cat"}, sandboxd.Stdin(strings.NewReader("in")))
 	if string(r.Stdout) != "in" {
 		t.Fatalf("%+v", r)
 	}
-	r, _ = c.RunProcess(x, []string{"seq", "1", "100000"}, sandboxd.MaxOutput(10))
+	r = mustRunProcess(t, c, []string{"seq", "1", "100000"}, sandboxd.MaxOutput(10))
 	if !r.StdoutTruncated || string(r.Stdout) != "\n99999\n100000\n"[4:] || r.StdoutTotal != 588895 {
 		t.Fatalf("%q %d", r.Stdout, r.StdoutTotal)
 	}
-	r, _ = c.RunProcess(x, sandboxd.Shell("ulimit -n"), sandboxd.Rlimit("nofile", 77, 77))
+	r = mustRunProcess(t, c, sandboxd.Shell("ulimit -n"), sandboxd.Rlimit("nofile", 77, 77))
 	if string(r.Stdout) != "77\n" {
 		t.Fatalf("%q", r.Stdout)
 	}
 	if os.Geteuid() == 0 {
-		r, _ = c.RunProcess(x, sandboxd.Shell("id -u; id -g"), sandboxd.User(65534, 65534))
+		r = mustRunProcess(t, c, sandboxd.Shell("id -u; id -g"), sandboxd.User(65534, 65534))
 		if string(r.Stdout) != "65534\n65534\n" {
 			t.Fatalf("%q", r.Stdout)
 		}
 	}
-	r, _ = c.RunProcess(x, []string{"sleep", "30"}, sandboxd.Timeout(300*time.Millisecond), sandboxd.Grace(100*time.Millisecond))
+	r = mustRunProcess(t, c, []string{"sleep", "30"}, sandboxd.Timeout(300*time.Millisecond), sandboxd.Grace(100*time.Millisecond))
 	if !r.TimedOut {
 		t.Fatalf("%+v", r)
 	}
@@ -182,3 +182,30 @@ func TestRunProcess(t *testing.T) {
 type zeros struct{}
 
 func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
+
+func mustSpawn(t *testing.T, c *sandboxd.Client, cmd []string, opts ...sandboxd.ProcOption) *sandboxd.Spawned {
+	t.Helper()
+	p, err := c.Spawn(ctx(t), cmd, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustAttach(t *testing.T, p *sandboxd.Spawned, opts ...sandboxd.AttachOption) *sandboxd.Attachment {
+	t.Helper()
+	a, err := p.Attach(ctx(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func mustRunProcess(t *testing.T, c *sandboxd.Client, cmd []string, opts ...sandboxd.ProcOption) *sandboxd.Result {
+	t.Helper()
+	r, err := c.RunProcess(ctx(t), cmd, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

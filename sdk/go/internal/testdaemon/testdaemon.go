@@ -42,6 +42,8 @@ func Start(bin, dir string, extra ...string) (*Daemon, error) {
 	args := append([]string{"--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0",
 		"--root-dir", root, "--grpc-socket", d.Socket, "--shutdown-timeout", "5s"}, extra...)
 	d.cmd = exec.Command(bin, args...)
+	// A test binary that dies (a panic) takes its daemon along.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "SANDBOXD_TOKEN=") {
