@@ -19,6 +19,15 @@ import sandboxd
 START_TIMEOUT = 15.0
 
 
+def _die_with_parent() -> None:
+    """In the forked child: SIGKILL when the test process dies (a killed or crashed pytest
+    leaves no daemon behind)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 class Daemon:
     def __init__(self, binary: str, root: Path, extra: List[str] = (), socket: Optional[str] = None):
         self.root = root
@@ -32,7 +41,8 @@ class Daemon:
         # SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
         env = {k: v for k, v in os.environ.items() if k != "SANDBOXD_TOKEN"}
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env=env)
+                                     stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=_die_with_parent)
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
         try:
