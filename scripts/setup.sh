@@ -10,6 +10,9 @@ export SANDBOXD_TOOLS
 # Versions of the Go-built tools (from the Go module proxy).
 GRPCURL=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 HEALTH_PROBE=github.com/grpc-ecosystem/grpc-health-probe@v0.4.62
+# Code generators of the Go SDK (sdk/go/gen.sh).
+PROTOC_GEN_GO=google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 # schemathesis (PyPI) checks the running daemon against api/openapi.yaml.
 SCHEMATHESIS_VERSION=4.32.5
 
@@ -19,6 +22,7 @@ DEB_PACKAGES=(
   libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
+  tmux
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -59,6 +63,8 @@ go_tool() {
 install_debs
 go_tool grpcurl "$GRPCURL"
 go_tool grpc-health-probe "$HEALTH_PROBE"
+go_tool protoc-gen-go "$PROTOC_GEN_GO"
+go_tool protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC"
 # schemathesis, into a venv of Debian's Python next to the Go tools.
 install_schemathesis() {
   local venv="${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/venv"
@@ -73,4 +79,8 @@ install_schemathesis() {
 mkdir -p "$SANDBOXD_TOOLS"
 build_reference
 install_schemathesis
+# The Python SDK's virtualenv (pinned packages from PyPI).
+"$(dirname "$0")/../sdk/python/venv.sh" >/dev/null
+# The Go SDK's modules, fetched once.
+(cd "$(dirname "$0")/../sdk/go" && GOFLAGS=-buildvcs=false go mod download)
 log "ready; tools in $SANDBOXD_TOOLS"

@@ -1,0 +1,487 @@
+"""The asyncio flavour of the client: AsyncSandbox, AsyncFiles and AsyncProcess have the names,
+arguments and results of Sandbox, Files and Process, with `async` methods."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import weakref
+from pathlib import Path
+from typing import IO, Any, AsyncIterator, List, Mapping, Optional, Union
+
+import grpc
+import grpc.aio
+import httpx
+
+from . import _common as c
+from . import errors
+from ._gen.process.v1 import process_pb2 as pb
+from ._gen.process.v1 import process_pb2_grpc as pb_grpc
+from .aio_processes import AsyncProcesses
+from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
+                    UploadResult)
+
+Source = Union[bytes, bytearray, memoryview, c.PathLike, IO[bytes]]
+Dest = Union[c.PathLike, c.Writable]
+
+
+class AsyncSandbox:
+    """See sandboxd.Sandbox; use `async with AsyncSandbox(...) as sb:` or `await sb.close()`."""
+
+    def __init__(self, host: str = "127.0.0.1", *, grpc_port: int = 9090,
+                 rest_port: int = 8080, grpc_target: Optional[str] = None,
+                 rest_url: Optional[str] = None, unix_socket: Optional[str] = None,
+                 token: Optional[str] = None, timeout: float = 30.0) -> None:
+        self.endpoint = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
+                                        grpc_target=grpc_target, rest_url=rest_url,
+                                        unix_socket=unix_socket, token=token, timeout=timeout)
+        self._channel = grpc.aio.insecure_channel(self.endpoint.grpc_target,
+                                                  options=c.GRPC_OPTIONS)
+        self._stub = pb_grpc.ProcessServiceStub(self._channel)
+        self.files = AsyncFiles(self.endpoint)
+        self.processes = AsyncProcesses(self, self._channel)
+        self._closed = False
+        self._procs: "weakref.WeakSet[AsyncProcess]" = weakref.WeakSet()
+
+    @classmethod
+    def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "AsyncSandbox":
+        return cls(host, **kw)
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for p in list(self._procs):
+                await p.close()
+            await self.files.close()
+            await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def start(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
+                    cwd: Optional[str] = None,
+                    pty: Optional[c.PtySize] = None) -> "AsyncProcess":
+        if self._closed:
+            raise errors.UnavailableError("the AsyncSandbox is closed")
+        req = c.start_request(command, env, cwd, pty)
+        call = self._stub.Start(req, metadata=self.endpoint.metadata())
+        p = AsyncProcess(self, call)
+        self._procs.add(p)
+        await p._wait_started(self.endpoint.timeout)
+        return p
+
+    async def run(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
+                  cwd: Optional[str] = None, timeout: Optional[float] = None,
+                  max_output: int = c.DEFAULT_MAX_OUTPUT, stdin: Optional[bytes] = None,
+                  pty: Optional[c.PtySize] = None, check: bool = False) -> CommandResult:
+        col = c.OutputCollector(max_output)
+        timed_out = False
+        async with await self.start(command, env=env, cwd=cwd, pty=pty) as p:
+            feeder = asyncio.ensure_future(_feed(p, stdin)) if stdin is not None else None
+
+            async def collect() -> None:
+                async for ev in p:
+                    col.add(ev.stream, ev.data)
+
+            task = asyncio.ensure_future(collect())
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+            except asyncio.TimeoutError:
+                timed_out = True
+                await p.kill()
+                await asyncio.wait_for(task, self.endpoint.timeout)
+            status = await p.wait()
+            if feeder:
+                await asyncio.wait_for(feeder, self.endpoint.timeout)
+        return col.result(status.exit_code, timed_out, p.pid, check)  # type: ignore[no-any-return]
+
+    async def execute(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
+                      cwd: Optional[str] = None,
+                      timeout: Optional[float] = None) -> CommandResult:
+        req = pb.ExecuteRequest(config=c.process_config(command, env, cwd))
+        try:
+            r = await self._stub.Execute(req, metadata=self.endpoint.metadata(),
+                                         timeout=timeout or self.endpoint.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_grpc(e) from None
+        return CommandResult(r.exit_code, r.stdout, r.stderr)
+
+    async def _unary(self, name: str, req: Any) -> Any:
+        if self._closed:
+            raise errors.UnavailableError("the AsyncSandbox is closed")
+        try:
+            return await getattr(self._stub, name)(req, metadata=self.endpoint.metadata(),
+                                                   timeout=self.endpoint.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_grpc(e) from None
+
+    async def health(self) -> Health:
+        return await self.files.health()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        await self.files.wait_ready(timeout)
+
+
+async def _feed(p: "AsyncProcess", data: bytes) -> None:
+    """run()'s stdin, written beside the output reader; a process gone first is no error."""
+    try:
+        if data:
+            await p.write(data)
+        await p.close_stdin()
+    except errors.NotFoundError:
+        pass
+
+
+class AsyncProcess:
+    """See sandboxd.Process: `async for ev in p`, `await p.write(...)`, `await p.wait()`. A task
+    reads the stream into a bounded queue (backpressure instead of memory growth)."""
+
+    def __init__(self, sb: AsyncSandbox, call: Any) -> None:
+        self._sb = sb
+        self._call = call
+        self._q: "asyncio.Queue[Any]" = asyncio.Queue(maxsize=c.EVENT_QUEUE)
+        self._status: Optional[ExitStatus] = None
+        self._done = False
+        self._pid = 0
+        self._started = asyncio.Event()
+        self._error: Optional[BaseException] = None
+        self._task = asyncio.ensure_future(self._pump())
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def exit_status(self) -> Optional[ExitStatus]:
+        return self._status
+
+    async def _wait_started(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._started.wait(), timeout)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise errors.TimeoutError(f"the process did not start within {timeout}s") from None
+        if self._error is not None:
+            raise self._error
+
+    async def _pump(self) -> None:
+        saw_exit = False
+        try:
+            async for msg in self._call:
+                kind, val = c.event_of(msg)
+                if kind == "init" and not self._started.is_set():
+                    self._pid = val
+                    self._started.set()
+                elif kind in ("stdout", "stderr"):
+                    await self._q.put(OutputEvent(kind, val))
+                elif kind == "exit":
+                    saw_exit = True
+                    await self._q.put(ExitStatus(val))
+            if not saw_exit:
+                await self._q.put(errors.InternalError("the stream ended without an exit event"))
+        except grpc.RpcError as e:
+            err = errors.from_grpc(e)
+            if not self._started.is_set():
+                self._error = err
+            elif not saw_exit and not self._call.cancelled():
+                await self._q.put(err)
+        finally:
+            self._started.set()
+
+    async def read(self, timeout: Optional[float] = None) -> Optional[OutputEvent]:
+        if self._done:
+            return None
+        try:
+            item = await asyncio.wait_for(self._q.get(), timeout)
+        except asyncio.TimeoutError:
+            raise errors.TimeoutError(f"no output within {timeout}s") from None
+        if isinstance(item, OutputEvent):
+            return item
+        self._done = True
+        if isinstance(item, ExitStatus):
+            self._status = item
+            return None
+        raise item
+
+    def __aiter__(self) -> AsyncIterator[OutputEvent]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[OutputEvent]:
+        while True:
+            ev = await self.read()
+            if ev is None:
+                return
+            yield ev
+
+    async def wait(self, timeout: Optional[float] = None) -> ExitStatus:
+        async def drain() -> None:
+            while not self._done:
+                await self.read()
+
+        try:
+            await asyncio.wait_for(drain(), timeout)
+        except asyncio.TimeoutError:
+            raise errors.TimeoutError(f"the process did not exit within {timeout}s") from None
+        assert self._status is not None
+        return self._status
+
+    async def write(self, data: Union[bytes, str]) -> None:
+        for piece in c.stdin_pieces(data):
+            await self._sb._unary("WriteStdin", c.stdin_request(self._pid, piece))
+
+    async def close_stdin(self) -> None:
+        await self._sb._unary("WriteStdin", c.stdin_request(self._pid, None))
+
+    async def signal(self, sig: c.SignalLike) -> None:
+        await self._sb._unary("SendSignal", c.signal_request(self._pid, sig))
+
+    async def kill(self) -> None:
+        await self.signal(9)
+
+    async def terminate(self) -> None:
+        await self.signal(15)
+
+    async def interrupt(self) -> None:
+        await self.signal(2)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await self._sb._unary("ResizeTTY",
+                              pb.ResizeTTYRequest(process_id=self._pid, rows=rows, cols=cols))
+
+    async def close(self) -> None:
+        if not self._done:
+            self._call.cancel()
+            self._done = True
+        self._task.cancel()
+        try:
+            await self._task
+        except (asyncio.CancelledError, Exception):
+            pass
+
+    async def __aenter__(self) -> "AsyncProcess":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncFiles:
+    """See sandboxd.Files."""
+
+    def __init__(self, ep: c.Endpoint) -> None:
+        self._ep = ep
+        self._http = httpx.AsyncClient(
+            base_url=ep.rest_url, headers=ep.headers(), trust_env=False,
+            timeout=httpx.Timeout(ep.timeout), follow_redirects=False)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _check(self, r: httpx.Response) -> httpx.Response:
+        if r.status_code >= 400:
+            try:
+                body = r.content
+            except httpx.ResponseNotRead:  # a streamed answer: its first 64 KiB at most
+                body = b""
+                async for chunk in r.aiter_bytes():
+                    body += chunk
+                    if len(body) >= 65536:
+                        break
+            raise errors.from_http(r.status_code, body[:65536])
+        return r
+
+    async def _req(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        try:
+            return await self._check(await self._http.request(method, url, **kw))
+        except httpx.TimeoutException as e:
+            raise errors.TimeoutError(f"{method} {url}: {e}") from None
+        except httpx.TransportError as e:
+            raise errors.UnavailableError(f"{method} {url}: {e}") from None
+
+    async def stat(self, path: str) -> FileStat:
+        return FileStat.from_json((await self._req("GET", c.file_url("stat", path))).json())
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self._req("HEAD", c.file_url("files", path))
+            return True
+        except errors.NotFoundError:
+            return False
+
+    async def list(self, path: str = "") -> List[FileEntry]:
+        try:
+            async with self._http.stream("GET", c.file_url("files", path)) as r:
+                await self._check(r)
+                if not r.headers.get("content-type", "").startswith("application/json"):
+                    raise errors.InvalidArgumentError(f"{path!r} is not a directory")
+                doc = json.loads(await r.aread())
+        except httpx.TimeoutException as e:
+            raise errors.TimeoutError(f"GET {path}: {e}") from None
+        except httpx.TransportError as e:
+            raise errors.UnavailableError(f"GET {path}: {e}") from None
+        return [FileEntry.from_json(e) for e in doc.get("entries", [])]
+
+    async def mkdir(self, path: str, *, parents: bool = False,
+                    mode: Optional[int] = None) -> None:
+        params = {"parents": "true" if parents else "false", **c.mode_param(mode)}
+        await self._req("PUT", c.file_url("dirs", path), params=params)
+
+    async def move(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        await self._req("POST", "/v1/move", json={"from": src, "to": dst, "overwrite": overwrite})
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._req("DELETE", c.file_url("files", path),
+                        params={"recursive": "true" if recursive else "false"})
+
+    async def read_bytes(self, path: str, *, max_bytes: int = 64 << 20) -> bytes:
+        from .client import _CappedBuffer
+
+        out = _CappedBuffer(max_bytes)
+        await self.download(path, out)  # type: ignore[arg-type]
+        return bytes(out.buf)
+
+    async def write_bytes(self, path: str, data: bytes, *,
+                          mode: Optional[int] = None) -> UploadResult:
+        return await self.upload(bytes(data), path, mode=mode)
+
+    async def upload(self, src: Source, path: str, *, mode: Optional[int] = None,
+                     progress: Optional[c.Progress] = None) -> UploadResult:
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            return await self.upload(io.BytesIO(bytes(src)), path, mode=mode, progress=progress)
+        if isinstance(src, (str, os.PathLike)):
+            with open(src, "rb") as fh:
+                return await self.upload(fh, path, mode=mode, progress=progress)
+        total = c.source_size(src)
+        headers = {"Content-Type": "application/octet-stream"}
+        if total is not None:
+            headers["Content-Length"] = str(total)
+        f: IO[bytes] = src
+
+        async def body() -> AsyncIterator[bytes]:
+            done = 0
+            if progress:
+                progress(0, total)
+            while True:
+                b = await asyncio.to_thread(f.read, c.CHUNK)
+                if not b:
+                    return
+                done += len(b)
+                if progress:
+                    progress(done, total)
+                yield b
+
+        r = await self._req("PUT", c.file_url("files", path), params=c.mode_param(mode),
+                            content=body(), headers=headers)
+        return UploadResult(*c.upload_size(r.headers, total or 0))
+
+    async def download(self, path: str, dst: Dest, *, offset: int = 0,
+                       length: Optional[int] = None,
+                       progress: Optional[c.Progress] = None) -> int:
+        if isinstance(dst, (str, os.PathLike)):
+            t = c.AtomicTarget(dst)
+            try:
+                n = await self.download(path, t.file, offset=offset, length=length,
+                                  progress=progress)
+                t.commit()
+                return n
+            except BaseException:
+                t.discard()
+                raise
+        headers = c.range_headers(offset, length)
+        try:
+            async with self._http.stream("GET", c.file_url("files", path), headers=headers) as r:
+                await self._check(r)
+                if r.headers.get("content-type", "").startswith("application/json"):
+                    raise errors.InvalidArgumentError(f"{path!r} is a directory")
+                total = int(r.headers["content-length"]) if "content-length" in r.headers else None
+                done = 0
+                if progress:
+                    progress(0, total)
+                async for chunk in r.aiter_raw(c.CHUNK):
+                    await asyncio.to_thread(dst.write, chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+                if total is not None and done != total:
+                    raise errors.UnavailableError(f"download of {path!r} cut off at {done} bytes")
+                return done
+        except httpx.TimeoutException as e:
+            raise errors.TimeoutError(f"GET {path}: {e}") from None
+        except httpx.TransportError as e:
+            raise errors.UnavailableError(f"GET {path}: {e}") from None
+
+    async def upload_dir(self, local_dir: c.PathLike, path: str, *,
+                         progress: Optional[c.Progress] = None) -> int:
+        prod = c.TarProducer(Path(local_dir))
+        timeout = self._ep.timeout
+
+        async def body() -> AsyncIterator[bytes]:
+            done = 0
+            while True:
+                chunk = await asyncio.to_thread(prod.next_chunk, timeout)
+                if chunk is None:
+                    return
+                done += len(chunk)
+                if progress:
+                    progress(done, None)
+                yield chunk
+
+        try:
+            r = await self._req("PUT", c.file_url("files", path), params={"archive": "tar"},
+                                content=body(), headers={"Content-Type": "application/x-tar"})
+        finally:
+            await asyncio.to_thread(prod.stop)
+        return int(r.json().get("entries", 0))
+
+    async def download_dir(self, path: str, local_dir: c.PathLike, *,
+                           progress: Optional[c.Progress] = None) -> int:
+        ex = c.Extractor(Path(local_dir))
+        reader = ex.reader
+        try:
+            async with self._http.stream("GET", c.file_url("files", path),
+                                         params={"archive": "tar"}) as r:
+                await self._check(r)
+                done = 0
+                async for chunk in r.aiter_raw(c.CHUNK):
+                    done += len(chunk)
+                    if progress:
+                        progress(done, None)
+                    await asyncio.to_thread(reader.feed, chunk, self._ep.timeout)
+                    if reader.closed.is_set():
+                        break
+            await asyncio.to_thread(reader.feed, None, self._ep.timeout)
+        except httpx.TransportError as e:
+            reader.fail(errors.UnavailableError(f"GET {path}: {e}"))
+        except BaseException as e:
+            reader.fail(e)
+            raise
+        finally:
+            await asyncio.to_thread(ex.join, self._ep.timeout)
+        return ex.result()
+
+    async def health(self) -> Health:
+        d = (await self._req("GET", "/v1/health")).json()
+        return Health(str(d.get("status")), int(d.get("uptime_seconds", 0)), d)
+
+    async def metadata(self) -> Mapping[str, str]:
+        return dict((await self._req("GET", "/v1/metadata")).json().get("env", {}))
+
+    async def wait_ready(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last: Optional[BaseException] = None
+        while loop.time() < deadline:
+            try:
+                r = await self._http.get("/readyz", timeout=min(self._ep.timeout, 5.0))
+                if r.status_code == 200:
+                    return
+                last = errors.from_http(r.status_code, r.content)
+            except httpx.TransportError as e:
+                last = e
+            await asyncio.sleep(0.05)
+        raise errors.TimeoutError(f"sandboxd not ready within {timeout}s: {last}")

@@ -1,0 +1,559 @@
+"""The synchronous client: Sandbox (processes over gRPC), Sandbox.files (files over REST) and
+Process, the handle of a started process."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import IO, Any, Iterator, List, Mapping, Optional, Union
+
+import grpc
+import httpx
+
+from . import _common as c
+from . import errors
+from ._gen.process.v1 import process_pb2 as pb
+from ._gen.process.v1 import process_pb2_grpc as pb_grpc
+from .processes import Processes
+from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
+                    UploadResult)
+
+Source = Union[bytes, bytearray, memoryview, c.PathLike, IO[bytes]]
+Dest = Union[c.PathLike, c.Writable]
+
+
+class Sandbox:
+    """A connection to one sandboxd: gRPC for processes, REST for files.
+
+    Sandbox(host, grpc_port=9090, rest_port=8080) or explicit grpc_target ("host:port",
+    "unix:/path") / rest_url; unix_socket=path is the gRPC unix socket. token is sent as
+    `authorization: Bearer <token>` on every call (default: $SANDBOXD_TOKEN). timeout bounds
+    every unary call and every HTTP read or write. Use it as a context manager, or close() it.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", *, grpc_port: int = 9090,
+                 rest_port: int = 8080, grpc_target: Optional[str] = None,
+                 rest_url: Optional[str] = None, unix_socket: Optional[str] = None,
+                 token: Optional[str] = None, timeout: float = 30.0) -> None:
+        self.endpoint = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
+                                        grpc_target=grpc_target, rest_url=rest_url,
+                                        unix_socket=unix_socket, token=token, timeout=timeout)
+        self._channel = grpc.insecure_channel(self.endpoint.grpc_target, options=c.GRPC_OPTIONS)
+        self._stub = pb_grpc.ProcessServiceStub(self._channel)
+        self.files = Files(self.endpoint)
+        self.processes = Processes(self, self._channel)
+        self._closed = False
+        self._procs: "weakref.WeakSet[Process]" = weakref.WeakSet()
+
+    @classmethod
+    def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "Sandbox":
+        """Same as Sandbox(host, **kw)."""
+        return cls(host, **kw)
+
+    def close(self) -> None:
+        """Closes the channel and the HTTP pool; processes still streaming are cancelled (the
+        daemon kills a process whose Start stream goes away)."""
+        if not self._closed:
+            self._closed = True
+            for p in list(self._procs):
+                p.close()
+            self.files.close()
+            self._channel.close()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- processes -----------------------------------------------------------------------------
+
+    def _md(self) -> Any:
+        return self.endpoint.metadata()
+
+    def start(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
+              cwd: Optional[str] = None, pty: Optional[c.PtySize] = None) -> "Process":
+        """Starts a process (a string runs via /bin/sh -c); returns once the daemon has
+        started it. pty=(rows, cols) gives it a terminal (stderr merges into stdout)."""
+        if self._closed:
+            raise errors.UnavailableError("the Sandbox is closed")
+        req = c.start_request(command, env, cwd, pty)
+        call = self._stub.Start(req, metadata=self._md())
+        p = Process(self, call, self.endpoint.timeout)
+        self._procs.add(p)
+        return p
+
+    def run(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
+            cwd: Optional[str] = None, timeout: Optional[float] = None,
+            max_output: int = c.DEFAULT_MAX_OUTPUT, stdin: Optional[bytes] = None,
+            pty: Optional[c.PtySize] = None, check: bool = False) -> CommandResult:
+        """Runs a command to completion and captures its output (at most max_output bytes per
+        stream; the rest is dropped and flagged). After timeout seconds the process is killed
+        (SIGKILL to its group) and the result says timed_out. check=True raises
+        ProcessExitError unless it exited 0."""
+        col = c.OutputCollector(max_output)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timed_out = False
+        with self.start(command, env=env, cwd=cwd, pty=pty) as p:
+            feeder = _StdinFeeder(p, stdin) if stdin is not None else None
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0 and not timed_out:
+                    timed_out = True
+                    p.kill()
+                    deadline = time.monotonic() + self.endpoint.timeout
+                    continue
+                try:
+                    ev = p.read(timeout=left)
+                except errors.TimeoutError:
+                    if timed_out:
+                        raise
+                    continue
+                if ev is None:
+                    break
+                col.add(ev.stream, ev.data)
+            status = p.wait()
+            if feeder:
+                feeder.finish(self.endpoint.timeout)
+        return col.result(status.exit_code, timed_out, p.pid, check)  # type: ignore[no-any-return]
+
+    def execute(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
+                cwd: Optional[str] = None, timeout: Optional[float] = None) -> CommandResult:
+        """One Execute call: the daemon captures the output (its --max-output-bytes applies)
+        and the whole result comes back in one message. stdin is empty."""
+        req = pb.ExecuteRequest(config=c.process_config(command, env, cwd))
+        try:
+            r = self._stub.Execute(req, metadata=self._md(),
+                                   timeout=timeout or self.endpoint.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_grpc(e) from None
+        return CommandResult(r.exit_code, r.stdout, r.stderr)
+
+    def _unary(self, name: str, req: Any) -> Any:
+        if self._closed:
+            raise errors.UnavailableError("the Sandbox is closed")
+        try:
+            return getattr(self._stub, name)(req, metadata=self._md(),
+                                             timeout=self.endpoint.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_grpc(e) from None
+
+    # -- health --------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        return self.files.health()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Polls /readyz until the daemon is ready; raises TimeoutError after timeout seconds."""
+        self.files.wait_ready(timeout)
+
+
+class Process:
+    """A started process. Iterate it for OutputEvents (ends at exit); write()/close_stdin()
+    feed its stdin; signal()/kill()/terminate() signal its process group; resize() its PTY;
+    wait() returns its ExitStatus. A thread reads the stream into a bounded queue, so a reader
+    that falls behind slows the process down instead of growing memory. Leaving the `with`
+    block (or close()) while it runs cancels the stream, and the daemon kills the process."""
+
+    def __init__(self, sb: Sandbox, call: Any, timeout: float) -> None:
+        self._sb = sb
+        self._call = call
+        self._q: "queue.Queue[Any]" = queue.Queue(maxsize=c.EVENT_QUEUE)
+        self._status: Optional[ExitStatus] = None
+        self._done = False
+        self._started = threading.Event()
+        self._pid = 0
+        self._error: Optional[BaseException] = None
+        self._closing = False
+        self._t = threading.Thread(target=self._pump, name="sandboxd-process", daemon=True)
+        self._t.start()
+        if not self._started.wait(timeout):
+            call.cancel()
+            raise errors.TimeoutError(f"the process did not start within {timeout}s")
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def pid(self) -> int:
+        """The daemon's process id (virtual, not an OS pid)."""
+        return self._pid
+
+    @property
+    def exit_status(self) -> Optional[ExitStatus]:
+        """The exit status once the stream has delivered it, else None."""
+        return self._status
+
+    def _put(self, item: Any) -> None:
+        # Bounded: blocks while the reader is behind, gives up once the handle is closed.
+        while not self._closing:
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _pump(self) -> None:
+        saw_exit = False
+        try:
+            for msg in self._call:
+                kind, val = c.event_of(msg)
+                if kind == "init" and not self._started.is_set():
+                    self._pid = val
+                    self._started.set()
+                elif kind in ("stdout", "stderr"):
+                    self._put(OutputEvent(kind, val))
+                elif kind == "exit":
+                    saw_exit = True
+                    self._put(ExitStatus(val))
+            if not saw_exit:
+                self._put(errors.InternalError("the stream ended without an exit event"))
+        except grpc.RpcError as e:
+            err = errors.from_grpc(e)
+            if not self._started.is_set():
+                self._error = err
+            elif not self._closing and not saw_exit:
+                self._put(err)
+        finally:
+            self._started.set()
+
+    def read(self, timeout: Optional[float] = None) -> Optional[OutputEvent]:
+        """The next output chunk, or None once the process has exited (its status is then in
+        exit_status). Raises TimeoutError when nothing came within timeout seconds."""
+        if self._done:
+            return None
+        try:
+            item = self._q.get(timeout=timeout)
+        except queue.Empty:
+            raise errors.TimeoutError(f"no output within {timeout}s") from None
+        if isinstance(item, OutputEvent):
+            return item
+        self._done = True
+        if isinstance(item, ExitStatus):
+            self._status = item
+            return None
+        raise item
+
+    def __iter__(self) -> Iterator[OutputEvent]:
+        while True:
+            ev = self.read()
+            if ev is None:
+                return
+            yield ev
+
+    def wait(self, timeout: Optional[float] = None) -> ExitStatus:
+        """Waits for the exit, discarding output not read yet. Raises TimeoutError after
+        timeout seconds (the process keeps running)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                self.read(timeout=left)
+            except errors.TimeoutError:
+                raise errors.TimeoutError(f"the process did not exit within {timeout}s") from None
+        assert self._status is not None
+        return self._status
+
+    def write(self, data: Union[bytes, str]) -> None:
+        """Writes to its stdin (str as UTF-8), in pieces the daemon accepts."""
+        for piece in c.stdin_pieces(data):
+            self._sb._unary("WriteStdin", c.stdin_request(self._pid, piece))
+
+    def close_stdin(self) -> None:
+        """End of file on its stdin (on a PTY: the terminal's EOF character)."""
+        self._sb._unary("WriteStdin", c.stdin_request(self._pid, None))
+
+    def signal(self, sig: c.SignalLike) -> None:
+        """Sends a signal (number, name or signal.Signals) to its process group."""
+        self._sb._unary("SendSignal", c.signal_request(self._pid, sig))
+
+    def kill(self) -> None:
+        self.signal(9)
+
+    def terminate(self) -> None:
+        self.signal(15)
+
+    def interrupt(self) -> None:
+        self.signal(2)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Resizes its terminal (FailedPreconditionError without a PTY)."""
+        self._sb._unary("ResizeTTY",
+                        pb.ResizeTTYRequest(process_id=self._pid, rows=rows, cols=cols))
+
+    def close(self) -> None:
+        """Stops streaming; a process still running is killed by the daemon."""
+        self._closing = True
+        if not self._done:
+            self._call.cancel()
+            self._done = True
+        self._t.join(timeout=5)
+
+    def __enter__(self) -> "Process":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _StdinFeeder:
+    """Writes run()'s stdin on a thread of its own, so that a process that writes while it
+    reads cannot deadlock against us; a process that exits first (NOT_FOUND) is no error."""
+
+    def __init__(self, p: Process, data: bytes) -> None:
+        self.error: Optional[BaseException] = None
+        self._t = threading.Thread(target=self._run, args=(p, data), daemon=True,
+                                   name="sandboxd-stdin")
+        self._t.start()
+
+    def _run(self, p: Process, data: bytes) -> None:
+        try:
+            if data:
+                p.write(data)
+            p.close_stdin()
+        except errors.NotFoundError:
+            pass
+        except BaseException as e:
+            self.error = e
+
+    def finish(self, timeout: float) -> None:
+        self._t.join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
+class Files:
+    """The files of a sandbox, over its REST API. Paths are relative to the sandbox root (a
+    leading "/" is the root). Transfers stream: memory stays flat whatever the size."""
+
+    def __init__(self, ep: c.Endpoint) -> None:
+        self._ep = ep
+        self._http = httpx.Client(
+            base_url=ep.rest_url, headers=ep.headers(), trust_env=False,
+            timeout=httpx.Timeout(ep.timeout), follow_redirects=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _check(self, r: httpx.Response) -> httpx.Response:
+        if r.status_code >= 400:
+            try:
+                body = r.content
+            except httpx.ResponseNotRead:  # a streamed answer: its first 64 KiB at most
+                body = b""
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) >= 65536:
+                        break
+            raise errors.from_http(r.status_code, body[:65536])
+        return r
+
+    def _req(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        try:
+            return self._check(self._http.request(method, url, **kw))
+        except httpx.TimeoutException as e:
+            raise errors.TimeoutError(f"{method} {url}: {e}") from None
+        except httpx.TransportError as e:
+            raise errors.UnavailableError(f"{method} {url}: {e}") from None
+
+    # -- small calls ---------------------------------------------------------------------------
+
+    def stat(self, path: str) -> FileStat:
+        """lstat of a path: NotFoundError when it does not exist."""
+        return FileStat.from_json(self._req("GET", c.file_url("stat", path)).json())
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._req("HEAD", c.file_url("files", path))
+            return True
+        except errors.NotFoundError:
+            return False
+
+    def list(self, path: str = "") -> List[FileEntry]:
+        """The entries of a directory, sorted by name."""
+        import json
+
+        try:
+            with self._http.stream("GET", c.file_url("files", path)) as r:
+                self._check(r)
+                if not r.headers.get("content-type", "").startswith("application/json"):
+                    raise errors.InvalidArgumentError(f"{path!r} is not a directory")
+                doc = json.loads(r.read())
+        except httpx.TimeoutException as e:
+            raise errors.TimeoutError(f"GET {path}: {e}") from None
+        except httpx.TransportError as e:
+            raise errors.UnavailableError(f"GET {path}: {e}") from None
+        return [FileEntry.from_json(e) for e in doc.get("entries", [])]
+
+    def mkdir(self, path: str, *, parents: bool = False, mode: Optional[int] = None) -> None:
+        params = {"parents": "true" if parents else "false", **c.mode_param(mode)}
+        self._req("PUT", c.file_url("dirs", path), params=params)
+
+    def move(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        self._req("POST", "/v1/move", json={"from": src, "to": dst, "overwrite": overwrite})
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        self._req("DELETE", c.file_url("files", path),
+                  params={"recursive": "true" if recursive else "false"})
+
+    def read_bytes(self, path: str, *, max_bytes: int = 64 << 20) -> bytes:
+        """A whole (small) file in memory; InvalidArgumentError beyond max_bytes."""
+        out = _CappedBuffer(max_bytes)
+        self.download(path, out)
+        return bytes(out.buf)
+
+    def write_bytes(self, path: str, data: bytes, *, mode: Optional[int] = None) -> UploadResult:
+        return self.upload(bytes(data), path, mode=mode)
+
+    # -- streaming transfers -------------------------------------------------------------------
+
+    def upload(self, src: Source, path: str, *, mode: Optional[int] = None,
+               progress: Optional[c.Progress] = None) -> UploadResult:
+        """Writes a file from bytes, a local path or a readable binary file object, streamed
+        in CHUNK pieces; the daemon writes atomically. progress(done, total) is called as bytes
+        go out (total None when unknown). Returns the size and SHA-256 the daemon wrote."""
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            import io
+            return self.upload(io.BytesIO(bytes(src)), path, mode=mode, progress=progress)
+        if isinstance(src, (str, os.PathLike)):
+            with open(src, "rb") as f:
+                return self.upload(f, path, mode=mode, progress=progress)
+        total = c.source_size(src)
+        headers = {"Content-Type": "application/octet-stream"}
+        if total is not None:
+            headers["Content-Length"] = str(total)
+        r = self._req("PUT", c.file_url("files", path), params=c.mode_param(mode),
+                      content=c.file_chunks(src, progress, total), headers=headers)
+        return UploadResult(*c.upload_size(r.headers, total or 0))
+
+    def download(self, path: str, dst: Dest, *, offset: int = 0, length: Optional[int] = None,
+                 progress: Optional[c.Progress] = None) -> int:
+        """Reads a file into a local path (written to a temp file beside it, then renamed) or a
+        writable binary file object, streamed. offset/length read a byte range. Returns the
+        number of bytes written."""
+        if isinstance(dst, (str, os.PathLike)):
+            t = c.AtomicTarget(dst)
+            try:
+                n = self.download(path, t.file, offset=offset, length=length,
+                                  progress=progress)
+                t.commit()
+                return n
+            except BaseException:
+                t.discard()
+                raise
+        headers = c.range_headers(offset, length)
+        try:
+            with self._http.stream("GET", c.file_url("files", path), headers=headers) as r:
+                self._check(r)
+                if r.headers.get("content-type", "").startswith("application/json"):
+                    raise errors.InvalidArgumentError(f"{path!r} is a directory")
+                total = int(r.headers["content-length"]) if "content-length" in r.headers else None
+                done = 0
+                if progress:
+                    progress(0, total)
+                for chunk in r.iter_raw(c.CHUNK):
+                    dst.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+                if total is not None and done != total:
+                    raise errors.UnavailableError(f"download of {path!r} cut off at {done} bytes")
+                return done
+        except httpx.TimeoutException as e:
+            raise errors.TimeoutError(f"GET {path}: {e}") from None
+        except httpx.TransportError as e:
+            raise errors.UnavailableError(f"GET {path}: {e}") from None
+
+    def upload_dir(self, local_dir: c.PathLike, path: str, *,
+                   progress: Optional[c.Progress] = None) -> int:
+        """Sends a local directory's tree into the directory `path` (created) as a tar stream:
+        files, directories, modes, mtimes and symlinks. Returns the entries unpacked."""
+        prod = c.TarProducer(Path(local_dir))
+        timeout = self._ep.timeout
+
+        def body() -> Iterator[bytes]:
+            done = 0
+            while True:
+                chunk = prod.next_chunk(timeout)
+                if chunk is None:
+                    return
+                done += len(chunk)
+                if progress:
+                    progress(done, None)
+                yield chunk
+
+        try:
+            r = self._req("PUT", c.file_url("files", path), params={"archive": "tar"},
+                          content=body(), headers={"Content-Type": "application/x-tar"})
+        finally:
+            prod.stop()
+        return int(r.json().get("entries", 0))
+
+    def download_dir(self, path: str, local_dir: c.PathLike, *,
+                     progress: Optional[c.Progress] = None) -> int:
+        """Fetches the tree of the directory `path` as a tar stream and unpacks it into
+        local_dir (created); entries that would land outside it are refused. Returns the
+        number of entries."""
+        ex = c.Extractor(Path(local_dir))
+        reader = ex.reader
+        try:
+            with self._http.stream("GET", c.file_url("files", path),
+                                   params={"archive": "tar"}) as r:
+                self._check(r)
+                done = 0
+                for chunk in r.iter_raw(c.CHUNK):
+                    done += len(chunk)
+                    if progress:
+                        progress(done, None)
+                    reader.feed(chunk, self._ep.timeout)
+                    if reader.closed.is_set():
+                        break
+            reader.feed(None, self._ep.timeout)
+        except httpx.TransportError as e:
+            reader.fail(errors.UnavailableError(f"GET {path}: {e}"))
+        except BaseException as e:
+            reader.fail(e)
+            raise
+        finally:
+            ex.join(self._ep.timeout)
+        return ex.result()
+
+    # -- runtime -------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        d = self._req("GET", "/v1/health").json()
+        return Health(str(d.get("status")), int(d.get("uptime_seconds", 0)), d)
+
+    def metadata(self) -> Mapping[str, str]:
+        return dict(self._req("GET", "/v1/metadata").json().get("env", {}))
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Optional[BaseException] = None
+        while time.monotonic() < deadline:
+            try:
+                r = self._http.get("/readyz", timeout=min(self._ep.timeout, 5.0))
+                if r.status_code == 200:
+                    return
+                last = errors.from_http(r.status_code, r.content)
+            except httpx.TransportError as e:
+                last = e
+            time.sleep(0.05)
+        raise errors.TimeoutError(f"sandboxd not ready within {timeout}s: {last}")
+
+
+class _CappedBuffer:
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.buf = bytearray()
+
+    def write(self, b: bytes) -> int:
+        if len(self.buf) + len(b) > self.cap:
+            raise errors.InvalidArgumentError(f"file is larger than max_bytes={self.cap}")
+        self.buf += b
+        return len(b)
+
+
