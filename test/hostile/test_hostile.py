@@ -18,6 +18,10 @@ import pytest
 from sbx_integration_conftest import (Procs, Prober, connect_many, http_request, pid_gone,
                                       raise_nofile, temp_files, wait_until)
 
+# Under ASan the allocator keeps what is freed (its quarantine) and never gives memory back: RSS
+# says nothing there, and LeakSanitizer checks for leaks at the daemon's exit instead.
+SANITIZED = os.environ.get("SANDBOXD_SANITIZED") == "ON"
+
 # Bounds of the prober while the daemon is abused (a 2-vCPU machine shared by the workload).
 HEALTHZ_BOUND = 2.0
 EXECUTE_BOUND = 3.0
@@ -56,7 +60,7 @@ def settled(d, base, what, rss_slack_kib=32 << 10):
         # gRPC's thread pool may keep a thread or two it grew under load.
         ok = (now["fds"] <= base["fds"] and now["threads"] <= base["threads"] + 2 and
               now["children"] <= base["children"] and
-              now["rss_kib"] <= base["rss_kib"] + rss_slack_kib)
+              (SANITIZED or now["rss_kib"] <= base["rss_kib"] + rss_slack_kib))
         return now if ok else None
 
     try:
@@ -88,6 +92,8 @@ def grows_not(d, burst, what, slack_kib=8 << 10):
     time.sleep(3)
     second = usage(d.proc.pid)["rss_kib"]
     print(f"\n{what}: RSS {first} KiB after two bursts, {second} KiB after three")
+    if SANITIZED:
+        return
     assert second < first + slack_kib, f"{what}: RSS grew by {second - first} KiB on a repeat"
 
 
@@ -187,7 +193,7 @@ def test_output_flood_with_a_reader_that_stops(hostile):
     assert off == info.stdout.end, "every byte read or reported dropped"
     print(f"flood: {info.stdout.end} bytes written, {len(truncs)} truncations, daemon peak RSS "
           f"{peak} KiB (base {base['rss_kib']} KiB)")
-    assert peak < base["rss_kib"] + (64 << 10), "the daemon's memory stays bounded"
+    assert SANITIZED or peak < base["rss_kib"] + (64 << 10), "the daemon's memory stays bounded"
     d.procs.remove(p.id)
     settled(d, base, "output flood")
 
@@ -249,7 +255,7 @@ def test_10000_sequential_executes_leak_nothing(hostile):
     assert now["fds"] == base["fds"]
     assert now["threads"] == base["threads"]
     assert now["children"] == 0 and not zombies_of(d.proc.pid)
-    assert now["rss_kib"] < base["rss_kib"] + 4096, "RSS grows with the number of Executes"
+    assert SANITIZED or now["rss_kib"] < base["rss_kib"] + 4096, "RSS grows with Executes"
 
 
 def test_1000_idle_grpc_connections(hostile):
