@@ -272,7 +272,11 @@ type ProcessSpec struct {
 	Rlimits []*ResourceLimit `protobuf:"bytes,10,rep,name=rlimits,proto3" json:"rlimits,omitempty"`
 	// Limits of the process and all its descendants, through a cgroup of their own. A limit the
 	// kernel gives us no cgroup for is refused (FAILED_PRECONDITION), never silently ignored.
-	Limits        *Limits `protobuf:"bytes,11,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *Limits `protobuf:"bytes,11,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Seccomp profile: "" for the daemon's (--seccomp), "default", or "off" (for a process that
+	// needs what the profile refuses, such as mount in a namespace of its own; the sandbox's
+	// runtime, gVisor or Kata, stays the boundary).
+	Seccomp       string `protobuf:"bytes,12,opt,name=seccomp,proto3" json:"seccomp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +386,13 @@ func (x *ProcessSpec) GetLimits() *Limits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *ProcessSpec) GetSeccomp() string {
+	if x != nil {
+		return x.Seccomp
+	}
+	return ""
 }
 
 type Limits struct {
@@ -1934,7 +1945,7 @@ var File_sandboxd_v1_processes_proto protoreflect.FileDescriptor
 
 const file_sandboxd_v1_processes_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsandboxd/v1/processes.proto\x12\vsandboxd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x03\n" +
+	"\x1bsandboxd/v1/processes.proto\x12\vsandboxd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x03\n" +
 	"\vProcessSpec\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
 	"\x03env\x18\x02 \x03(\v2!.sandboxd.v1.ProcessSpec.EnvEntryR\x03env\x12\x10\n" +
@@ -1948,7 +1959,8 @@ const file_sandboxd_v1_processes_proto_rawDesc = "" +
 	"\x04user\x18\t \x01(\v2\x18.sandboxd.v1.CredentialsR\x04user\x124\n" +
 	"\arlimits\x18\n" +
 	" \x03(\v2\x1a.sandboxd.v1.ResourceLimitR\arlimits\x12+\n" +
-	"\x06limits\x18\v \x01(\v2\x13.sandboxd.v1.LimitsR\x06limits\x1a6\n" +
+	"\x06limits\x18\v \x01(\v2\x13.sandboxd.v1.LimitsR\x06limits\x12\x18\n" +
+	"\aseccomp\x18\f \x01(\tR\aseccomp\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
