@@ -19,6 +19,11 @@ DEB_PACKAGES=(
   libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
+  # sandboxd-static: the static archives (most come with libgrpc-dev already), and what
+  # scripts/static-deps.sh needs to build libmicrohttpd without HTTPS from Debian's source.
+  libssl-dev zlib1g-dev libc-ares-dev libre2-dev libabsl-dev dpkg-dev xz-utils
+  # test/image: rootfs trees, gVisor, containers and images without a Docker engine.
+  busybox-static debootstrap runsc podman buildah runc uidmap
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -71,6 +76,7 @@ install_schemathesis() {
 }
 
 mkdir -p "$SANDBOXD_TOOLS"
+"$(dirname "$0")/static-deps.sh" >/dev/null
 build_reference
 install_schemathesis
 log "ready; tools in $SANDBOXD_TOOLS"
