@@ -23,7 +23,7 @@ DEB_PACKAGES=(
   # scripts/static-deps.sh needs to build libmicrohttpd without HTTPS from Debian's source.
   libssl-dev zlib1g-dev libc-ares-dev libre2-dev libabsl-dev dpkg-dev xz-utils
   # test/image: rootfs trees, gVisor, containers and images without a Docker engine.
-  busybox-static debootstrap runsc podman buildah runc uidmap
+  busybox-static debootstrap runsc podman buildah runc catatonit uidmap
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

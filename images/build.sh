@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds the container images with buildah, without a Docker engine:
+#
+#   localhost/sandboxd:<version>             the injector (sandboxd.Containerfile): sandboxd-static
+#                                            and sandboxd-install, FROM scratch, non-root
+#   localhost/sandboxd-controller:<version>  the controller (controller.Containerfile), once the
+#                                            CMake target sandboxd-controller exists
+#
+# into the local container storage (where podman finds them) and, with --oci DIR, also into an
+# OCI image layout at DIR (tags sandboxd-<version>, sandboxd-controller-<version>).
+#
+#   images/build.sh [--build-dir DIR] [--oci DIR]
+#
+# The version is the CMake project's, the revision the git commit; both go into the OCI labels
+# (org.opencontainers.image.*). Needs root (or a rootless buildah setup) and buildah.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build="$repo/build/images"
+oci=
+while [ $# -gt 0 ]; do
+  case $1 in
+  --build-dir) build=$2; shift 2 ;;
+  --oci) oci=$2; shift 2 ;;
+  -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+  *) echo "build.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf 'images: %s\n' "$*" >&2; }
+command -v buildah >/dev/null || { log "buildah is not installed (scripts/setup.sh installs it)"; exit 1; }
+
+version=$(sed -n 's/^project(sandboxd VERSION \([0-9.]*\).*/\1/p' "$repo/CMakeLists.txt")
+revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$revision" != unknown ] && [ -n "$(git -C "$repo" status --porcelain 2>/dev/null)" ]; then
+  revision="$revision-dirty"
+fi
+created=$(git -C "$repo" log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)
+
+log "building sandboxd-static and sandboxd-install in $build"
+cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j2 --target sandboxd-static sandboxd-install >/dev/null
+
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+
+# bud CONTAINERFILE NAME CONTEXT: builds localhost/NAME:version, and pushes it to the OCI layout.
+bud() {
+  local ref="localhost/$2:$version"
+  buildah bud --isolation chroot --quiet --omit-history -f "$repo/images/$1" \
+    --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+    --build-arg CREATED="$created" -t "$ref" "$3" >/dev/null
+  log "built $ref"
+  if [ -n "$oci" ]; then
+    mkdir -p "$oci"
+    buildah push --quiet "$ref" "oci:$oci:$2-$version" >/dev/null
+    log "pushed $ref to the OCI layout $oci as $2-$version"
+  fi
+  echo "$ref"
+}
+
+mkdir "$ctx/injector"
+cp "$build/sandboxd/sandboxd-static" "$ctx/injector/sandboxd"
+cp "$build/images/sandboxd-install" "$ctx/injector/sandboxd-install"
+bud sandboxd.Containerfile sandboxd "$ctx/injector"
+
+# The controller: its binary, plus its shared libraries and loader if it is not static.
+if ! ninja -C "$build" -t targets all | grep -q '^sandboxd-controller:'; then
+  log "controller image not built: there is no CMake target sandboxd-controller yet"
+  exit 0
+fi
+cmake --build "$build" -j2 --target sandboxd-controller >/dev/null
+root="$ctx/controller/rootfs"
+mkdir -p "$root"
+cp "$(find "$build" -name sandboxd-controller -type f -perm -u+x | head -n1)" "$root/"
+ldd "$root/sandboxd-controller" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
+  mkdir -p "$root$(dirname "$lib")"
+  cp -L "$lib" "$root$lib"
+done
+cp -L /etc/ssl/certs/ca-certificates.crt "$ctx/controller/"
+bud controller.Containerfile sandboxd-controller "$ctx/controller"
