@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +54,8 @@ static long long arg_http_threads = 4;
 static long long arg_http_max_connections = 2048;
 static long long arg_max_upload_bytes = 16LL << 30;
 static long long arg_max_processes = 1024;
+static bool arg_keep_serving;
+static char **arg_command; /* after --: the main process */
 
 /* Everything the loop's callbacks reach. */
 static struct {
@@ -65,7 +68,12 @@ static struct {
     struct sbx_watch signals;
     struct sbx_timer kill_timer, deadline_timer;
     bool draining;
-    bool idle; /* draining, and no process is left */
+    bool idle;         /* draining, and no process is left */
+    bool grpc_done;    /* draining, and every call has finished */
+    bool deadline_hit; /* --shutdown-timeout is over */
+    pid_t main_pid;    /* the main process (sandboxd -- cmd), or 0 */
+    bool main_exited;
+    int main_status; /* its wait status */
 } d;
 
 static int opt_string(const char *v, void *dst)
@@ -152,13 +160,18 @@ static const struct option_def {
      "processes at once; beyond, RESOURCE_EXHAUSTED (1024)"},
     {"max-upload-bytes", opt_bytes, &arg_max_upload_bytes,
      "largest upload, 0 for no limit (16 GiB)"},
+    {"keep-serving", NULL, &arg_keep_serving,
+     "keep serving after the main process exits (off: drain and exit with its status)"},
     {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", opt_log_format, NULL, "text or json (text)"},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sandboxd [flags]\n\nflags (--name value or --name=value):\n");
+    fprintf(f, "usage: sandboxd [flags] [-- command [args...]]\n\n"
+               "With a command, sandboxd runs it as the main process (stdio passed through,\n"
+               "signals forwarded) and exits with its status once it exits and the rest drains.\n\n"
+               "flags (--name value or --name=value):\n");
     for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
         fprintf(f, "  --%-22s %s\n", options[i].name, options[i].help);
     fprintf(f, "  --%-22s %s\n  --%-22s %s\n", "version", "print the version", "help",
@@ -172,11 +185,13 @@ static int parse_args(int argc, char **argv)
     int c, idx;
 
     for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
-        longopts[i] = (struct option){options[i].name, required_argument, NULL, (int)i};
+        longopts[i] = (struct option){
+            options[i].name, options[i].parse ? required_argument : no_argument, NULL, (int)i};
     longopts[SBX_ARRAY_SIZE(options)] = (struct option){"version", no_argument, NULL, 'V'};
     longopts[SBX_ARRAY_SIZE(options) + 1] = (struct option){"help", no_argument, NULL, 'h'};
     longopts[SBX_ARRAY_SIZE(options) + 2] = (struct option){0};
-    while ((c = getopt_long_only(argc, argv, "", longopts, &idx)) != -1) {
+    /* "+": stop at the first non-flag, so the command's own flags are left alone. */
+    while ((c = getopt_long_only(argc, argv, "+", longopts, &idx)) != -1) {
         if (c == 'V') {
             printf("sandboxd %s\n", SANDBOXD_VERSION);
             return 1;
@@ -189,29 +204,45 @@ static int parse_args(int argc, char **argv)
             usage(stderr);
             return -1;
         }
+        if (!options[c].parse) {
+            *(bool *)options[c].dst = true;
+            continue;
+        }
         if (options[c].parse(optarg, options[c].dst) < 0) {
             fprintf(stderr, "sandboxd: invalid value \"%s\" for --%s\n", optarg, options[c].name);
             return -1;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "sandboxd: unexpected argument \"%s\"\n", argv[optind]);
+    if (optind < argc && optind > 0 && strcmp(argv[optind - 1], "--") == 0) {
+        arg_command = &argv[optind];
+    } else if (optind < argc) {
+        fprintf(stderr, "sandboxd: unexpected argument \"%s\" (a command goes after --)\n",
+                argv[optind]);
         return -1;
     }
     return 0;
 }
 
-static void stop_loop(void *arg)
+/* The drain is over once every call has finished and every process is gone, or at the deadline
+ * (the kill timer has fired by then). */
+static void maybe_stop(void)
+{
+    if (d.grpc_done && (d.idle || d.deadline_hit))
+        sbx_loop_stop(d.loop);
+}
+
+static void grpc_done(void *arg)
 {
     (void)arg;
-    sbx_loop_stop(d.loop);
+    d.grpc_done = true;
+    maybe_stop();
 }
 
 /* Every call has finished: posted from a completion-queue thread. */
 static void grpc_shut_down(void *arg)
 {
     (void)arg;
-    (void)sbx_loop_post(d.loop, stop_loop, NULL);
+    (void)sbx_loop_post(d.loop, grpc_done, NULL);
 }
 
 /* No process is left: the only calls that may remain are health watches; end them. */
@@ -223,6 +254,7 @@ static void procs_empty(void *arg)
         log_info("all processes have exited");
         sbx_timer_arm(&d.kill_timer, 0);
         sbx_health_end_watches(d.health);
+        maybe_stop();
     }
 }
 
@@ -238,10 +270,12 @@ static void deadline_expired(struct sbx_timer *t)
 {
     (void)t;
     log_warn(0, "shutdown timeout reached: cancelling the calls still running");
+    d.deadline_hit = true;
     sbx_grpc_cancel_all(d.grpc);
+    maybe_stop();
 }
 
-static void begin_drain(int sig)
+static void begin_drain(const char *why)
 {
     uint64_t grace = arg_termination_grace_ms;
     int n;
@@ -249,7 +283,7 @@ static void begin_drain(int sig)
     if (d.draining)
         return;
     d.draining = true;
-    log_info("received %s: draining", strsignal(sig));
+    log_info("%s: draining", why);
     __atomic_store_n(&d.process.draining, true, __ATOMIC_RELEASE);
     sbx_health_set_serving(d.health, false);
     if (d.http)
@@ -265,24 +299,57 @@ static void begin_drain(int sig)
     procs_empty(NULL);
 }
 
+/* A reaped child outside the table: the main process, or an orphan. */
+static void other_exit(void *arg, pid_t pid, int status)
+{
+    (void)arg;
+    if (pid != d.main_pid || d.main_exited)
+        return;
+    d.main_exited = true;
+    d.main_status = status;
+    if (WIFSIGNALED(status))
+        log_info("main process %d killed by signal %d", pid, WTERMSIG(status));
+    else
+        log_info("main process %d exited with code %d", pid, WEXITSTATUS(status));
+    if (!arg_keep_serving)
+        begin_drain("main process exited");
+}
+
+static bool main_running(void)
+{
+    return d.main_pid > 0 && !d.main_exited;
+}
+
 static void on_signal(struct sbx_watch *w, uint32_t events)
 {
     struct signalfd_siginfo si;
+    char why[64];
 
     (void)events;
     while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
-        switch (si.ssi_signo) {
+        int sig = (int)si.ssi_signo;
+
+        switch (sig) {
         case SIGCHLD:
             sbx_proctab_reap(d.procs);
             if (d.draining)
                 procs_empty(NULL);
             break;
         case SIGTERM:
-        case SIGINT:
-            begin_drain((int)si.ssi_signo);
+            /* The drain signals every process, the main one (and its group) included. */
+            snprintf(why, sizeof(why), "received %s", strsignal(sig));
+            begin_drain(why);
             break;
         default:
-            log_debug("ignoring signal %d", si.ssi_signo);
+            /* With a main process, it decides; SIGINT alone drains without one. */
+            if (main_running()) {
+                (void)kill(d.main_pid, sig);
+            } else if (sig == SIGINT) {
+                snprintf(why, sizeof(why), "received %s", strsignal(sig));
+                begin_drain(why);
+            } else {
+                log_debug("ignoring signal %d", sig);
+            }
             break;
         }
     }
@@ -297,7 +364,12 @@ static int setup_signals(struct sbx_error *err)
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    /* Forwarded to the main process. */
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+    sigaddset(&set, SIGWINCH);
     if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
         return sbx_error_set(err, errno, "sigprocmask");
     signal(SIGPIPE, SIG_IGN);
@@ -411,6 +483,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
     struct sbx_proctab_opts po = {.chunk_size = (size_t)arg_stream_chunk_size,
                                   .exit_drain_ms = arg_exit_drain_timeout_ms,
                                   .max_procs = (size_t)arg_max_processes,
+                                  .on_other_exit = other_exit,
                                   .on_empty = procs_empty};
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,
@@ -439,8 +512,46 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
     return 0;
 }
 
+/* Starts the main process (sandboxd -- cmd) with our stdio and environment. Returns 0, or the
+ * exit code a shell would give when it cannot run (127 not found, 126 not executable). */
+static int start_main(void)
+{
+    _cleanup_free_ char *path = NULL;
+    struct sbx_spawn s = {
+        .argv = arg_command, .envp = environ, .cwd_fd = -1, .inherit_stdio = true};
+    struct sbx_error err = {0};
+    int r;
+
+    r = sbx_spawn_lookup(arg_command[0], getenv("PATH"), &path, &err);
+    if (r == 0) {
+        s.path = path;
+        r = sbx_proctab_spawn_own(d.procs, &s, &d.main_pid, &err);
+    }
+    if (r < 0) {
+        log_error(err.code, "main process: %s", err.msg);
+        return r == -ENOENT ? 127 : 126;
+    }
+    log_info("main process %d: %s", d.main_pid, arg_command[0]);
+    return 0;
+}
+
+/* Our exit status: the main process's (128 + signal when killed, like a shell), else ours. */
+static int exit_status(int r)
+{
+    if (r < 0)
+        return EXIT_FAILURE;
+    if (d.main_pid <= 0)
+        return EXIT_SUCCESS;
+    if (!d.main_exited)
+        return EXIT_FAILURE;
+    if (WIFSIGNALED(d.main_status))
+        return 128 + WTERMSIG(d.main_status);
+    return WEXITSTATUS(d.main_status);
+}
+
 int main(int argc, char **argv)
 {
+    int main_failed = 0;
     struct sbx_root root = {.fd = -1};
     struct sbx_reflection *refl = NULL;
     struct sbx_error err = {0};
@@ -458,6 +569,8 @@ int main(int argc, char **argv)
         r = setup(&root, &refl, &err);
     if (r == 0) {
         log_info("sandboxd %s ready (root %s, pid %d)", SANDBOXD_VERSION, root.path, getpid());
+        if (arg_command && (main_failed = start_main()) != 0)
+            begin_drain("main process could not start");
         r = sbx_loop_run(d.loop, &err);
     }
     if (r < 0)
@@ -478,5 +591,5 @@ int main(int argc, char **argv)
     sbx_closep(&d.signals.fd);
     sbx_loop_free(d.loop);
     sbx_root_release(&root);
-    return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+    return main_failed ? main_failed : exit_status(r);
 }

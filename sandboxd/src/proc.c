@@ -108,7 +108,7 @@ static bool table_remove(struct sbx_proctab *t, struct sbx_proc *p)
     }
     pthread_mutex_unlock(&t->lock);
     if (empty && t->opts.on_empty)
-        t->opts.on_empty(t->opts.on_empty_arg);
+        t->opts.on_empty(t->opts.cb_arg);
     return was;
 }
 
@@ -625,8 +625,30 @@ void sbx_proctab_reap(struct sbx_proctab *t)
         if (p) {
             proc_exited(p, status);
             sbx_proc_unref(p);
+        } else if (t->opts.on_other_exit) {
+            t->opts.on_other_exit(t->opts.cb_arg, pid, status);
         }
     }
+}
+
+int sbx_proctab_spawn_own(struct sbx_proctab *t, const struct sbx_spawn *s, pid_t *pid,
+                          struct sbx_error *err)
+{
+    struct sbx_spawned sp;
+    int r;
+
+    pthread_rwlock_rdlock(&t->reap_lock);
+    r = sbx_spawn_run(s, &sp, err);
+    pthread_rwlock_unlock(&t->reap_lock);
+    if (r < 0)
+        return r;
+    for (int i = 0; i < 3; i++) {
+        int fd = i == 0 ? sp.in_fd : i == 1 ? sp.out_fd : sp.err_fd;
+        if (fd >= 0)
+            close(fd);
+    }
+    *pid = sp.pid;
+    return 0;
 }
 
 /* Calls fn on each of our children, orphans re-parented to us included (we are PID 1 or a

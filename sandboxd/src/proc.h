@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "loop.h"
+#include "spawn.h"
 
 struct sbx_proc;
 struct sbx_proctab;
@@ -54,17 +55,20 @@ struct sbx_proctab_opts {
     uint64_t exit_drain_ms;
     /* Processes at once (running, or exited and not yet delivered); 0 for no limit. */
     size_t max_procs;
+    /* Runs on the loop thread for each reaped child that is not in the table: the caller's own
+     * (sbx_proctab_spawn_own) or an orphan re-parented to us. */
+    void (*on_other_exit)(void *arg, pid_t pid, int status);
     /* Runs on the loop thread whenever the last process leaves the table. */
     void (*on_empty)(void *arg);
-    void *on_empty_arg;
+    void *cb_arg; /* for on_other_exit and on_empty */
 };
 
 int sbx_proctab_new(struct sbx_proctab **ret, struct sbx_loop *loop,
                     const struct sbx_proctab_opts *opts, struct sbx_error *err);
 void sbx_proctab_free(struct sbx_proctab *t);
 
-/* Reaps every exited child (waitpid(-1)); call on SIGCHLD, on the loop thread. Exits of pids we
- * did not start (orphans re-parented to us) are reaped and dropped. */
+/* Reaps every exited child (waitpid(-1)); call on SIGCHLD, on the loop thread. Exits of pids
+ * outside the table go to on_other_exit. */
 void sbx_proctab_reap(struct sbx_proctab *t);
 
 /* Sends sig to the process group of every process in the table, and to each of our other
@@ -74,6 +78,12 @@ int sbx_proctab_signal_all(struct sbx_proctab *t, int sig);
 /* Processes in the table plus our children outside it (orphans re-parented to us): what a
  * shutdown waits for. */
 size_t sbx_proctab_busy(struct sbx_proctab *t);
+
+/* Spawns a process outside the table (the main process); its exit reaches on_other_exit. Call it
+ * on the loop thread or before the loop runs, so that the reaper cannot report the pid before
+ * the caller knows it. Returns 0 or -errno. */
+int sbx_proctab_spawn_own(struct sbx_proctab *t, const struct sbx_spawn *s, pid_t *pid,
+                          struct sbx_error *err);
 
 /* Number of processes in the table (running, or exited and not yet delivered). */
 size_t sbx_proctab_count(struct sbx_proctab *t);

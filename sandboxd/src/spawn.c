@@ -133,18 +133,28 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
     struct child_args *a = arg;
     const struct sbx_spawn *s = a->s;
     struct sigaction dfl = {.sa_handler = SIG_DFL};
-    sigset_t none;
+    sigset_t none, ttou;
 
     for (int i = 0; i < n_ignored; i++)
         (void)sigaction(ignored[i], &dfl, NULL);
+    if (s->inherit_stdio) {
+        /* Our terminal's foreground, taken from what is now a background group: allowed while
+         * SIGTTOU is blocked. No terminal is fine. */
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        (void)sigprocmask(SIG_BLOCK, &ttou, NULL);
+        if (setpgid(0, 0) < 0)
+            goto fail;
+        (void)tcsetpgrp(0, getpid());
+    } else if (setsid() < 0) {
+        goto fail;
+    }
     sigemptyset(&none);
     if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
         goto fail;
-    if (setsid() < 0)
-        goto fail;
     if (a->ctty >= 0 && ioctl(a->ctty, TIOCSCTTY, 0) < 0)
         goto fail;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; !s->inherit_stdio && i < 3; i++) {
         /* dup2 onto itself would keep O_CLOEXEC; dup3-less fcntl clears it instead. */
         if (a->stdio[i] == i) {
             if (fcntl(i, F_SETFD, 0) < 0)
@@ -219,11 +229,11 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
 
     pthread_once(&ignored_once, find_ignored);
     pthread_once(&devnull_once, open_devnull);
-    r = make_stdio(s, parent, child, &a.ctty, err);
+    r = s->inherit_stdio ? 0 : make_stdio(s, parent, child, &a.ctty, err);
     if (r < 0)
         goto out;
     memcpy(a.stdio, child, sizeof(child));
-    if (s->stdin_null && !s->pty) {
+    if (s->stdin_null && !s->pty && !s->inherit_stdio) {
         if (devnull < 0) {
             r = sbx_error_set(err, ENOENT, "open /dev/null");
             goto out;

@@ -14,11 +14,14 @@ struct sbx_spawn {
     int cwd_fd;        /* directory to fchdir to, or -1 to keep ours */
     bool pty;          /* stdio on a new pseudo-terminal, which becomes the controlling tty */
     bool stdin_null;   /* stdin from /dev/null (no pty) */
+    /* Our own stdio, passed through (the main process of sandboxd -- cmd): the child gets a new
+     * process group rather than a session, and the foreground of our terminal if we have one. */
+    bool inherit_stdio;
     unsigned short cols, rows;
 };
 
 /* The parent's ends, all O_CLOEXEC and O_NONBLOCK. With a pty, out_fd is the master, in_fd a
- * duplicate of it, err_fd is -1. in_fd is -1 with stdin_null. */
+ * duplicate of it, err_fd is -1. in_fd is -1 with stdin_null; all are -1 with inherit_stdio. */
 struct sbx_spawned {
     pid_t pid;
     int in_fd;
@@ -26,7 +29,8 @@ struct sbx_spawned {
     int err_fd;
 };
 
-/* Starts the child in a new session (its pid is its process group). On exec failure the child
+/* Starts the child in a new session (its pid is its process group; with inherit_stdio, a new
+ * process group only). On exec failure the child
  * is reaped here and the exec errno returned: the caller must keep other reapers out (proc.c holds
  * the reap lock). Returns 0 or -errno. */
 int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx_error *err);
