@@ -9,7 +9,10 @@
 # into the local container storage (where podman finds them) and, with --oci DIR, also into an
 # OCI image layout at DIR (tags sandboxd-<version>, sandboxd-controller-<version>).
 #
-#   images/build.sh [--build-dir DIR] [--oci DIR]
+#   images/build.sh [--build-dir DIR] [--oci DIR] [--tag TAG] [--bins SANDBOXD_STATIC INSTALL]
+#
+# --bins takes the two binaries of the injector as they are instead of building them; --tag
+# tags the images TAG instead of the version (the tests use both).
 #
 # The version is the CMake project's, the revision the git commit; both go into the OCI labels
 # (org.opencontainers.image.*). Needs root (or a rootless buildah setup) and buildah.
@@ -17,12 +20,14 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build="$repo/build/images"
-oci=
+oci= tag= static_bin= install_bin=
 while [ $# -gt 0 ]; do
   case $1 in
   --build-dir) build=$2; shift 2 ;;
   --oci) oci=$2; shift 2 ;;
-  -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+  --tag) tag=$2; shift 2 ;;
+  --bins) static_bin=$2 install_bin=$3; shift 3 ;;
+  -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
   *) echo "build.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -36,36 +41,40 @@ if [ "$revision" != unknown ] && [ -n "$(git -C "$repo" status --porcelain 2>/de
   revision="$revision-dirty"
 fi
 created=$(git -C "$repo" log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)
+: "${tag:=$version}"
 
-log "building sandboxd-static and sandboxd-install in $build"
-cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j2 --target sandboxd-static sandboxd-install >/dev/null
+if [ -z "$static_bin" ]; then
+  log "building sandboxd-static and sandboxd-install in $build"
+  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" -j2 --target sandboxd-static sandboxd-install >/dev/null
+  static_bin="$build/sandboxd/sandboxd-static" install_bin="$build/images/sandboxd-install"
+fi
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 
-# bud CONTAINERFILE NAME CONTEXT: builds localhost/NAME:version, and pushes it to the OCI layout.
+# bud CONTAINERFILE NAME CONTEXT: builds localhost/NAME:tag, and pushes it to the OCI layout.
 bud() {
-  local ref="localhost/$2:$version"
+  local ref="localhost/$2:$tag"
   buildah bud --isolation chroot --quiet --omit-history -f "$repo/images/$1" \
     --build-arg VERSION="$version" --build-arg REVISION="$revision" \
     --build-arg CREATED="$created" -t "$ref" "$3" >/dev/null
   log "built $ref"
   if [ -n "$oci" ]; then
     mkdir -p "$oci"
-    buildah push --quiet "$ref" "oci:$oci:$2-$version" >/dev/null
-    log "pushed $ref to the OCI layout $oci as $2-$version"
+    buildah push --quiet "$ref" "oci:$oci:$2-$tag" >/dev/null
+    log "pushed $ref to the OCI layout $oci as $2-$tag"
   fi
   echo "$ref"
 }
 
 mkdir "$ctx/injector"
-cp "$build/sandboxd/sandboxd-static" "$ctx/injector/sandboxd"
-cp "$build/images/sandboxd-install" "$ctx/injector/sandboxd-install"
+cp "$static_bin" "$ctx/injector/sandboxd"
+cp "$install_bin" "$ctx/injector/sandboxd-install"
 bud sandboxd.Containerfile sandboxd "$ctx/injector"
 
 # The controller: its binary, plus its shared libraries and loader if it is not static.
-if ! ninja -C "$build" -t targets all | grep -q '^sandboxd-controller:'; then
+if ! [ -f "$build/build.ninja" ] || ! ninja -C "$build" -t targets all | grep -q '^sandboxd-controller:'; then
   log "controller image not built: there is no CMake target sandboxd-controller yet"
   exit 0
 fi

@@ -99,7 +99,7 @@ def busybox_tree(root):
     bb = need_tool("busybox")
     (root / "bin").mkdir(parents=True)
     shutil.copy2(bb, root / "bin/busybox")
-    for applet in ("sh", "cat", "echo", "ls", "sha256sum", "sleep"):
+    for applet in ("sh", "cat", "echo", "ls", "sha256sum", "sleep", "tr", "touch", "id"):
         os.symlink("busybox", root / "bin" / applet)
     return root
 
