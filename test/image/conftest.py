@@ -244,3 +244,83 @@ def stop(proc, ep, signal_pid=None):
         proc.wait(timeout=10)
         pytest.fail(f"sandboxd did not exit within {STOP_TIMEOUT}s of SIGTERM:\n{ep.log()}")
     assert rc == 0, f"sandboxd exited {rc}:\n{ep.log()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Containers: podman and buildah, as DESIGN §7 found they work here
+
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=20000:20000"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+
+class Podman:
+    def __init__(self, tmp_path):
+        need_tool("podman")
+        need_tool("buildah")
+        need_tool("runc")
+        need_tool("catatonit")  # podman builds its pod's pause image from it
+        conf = tmp_path / "containers.conf"
+        conf.write_text(CONTAINERS_CONF)
+        self.env = dict(os.environ, CONTAINERS_CONF=str(conf), TMPDIR=str(tmp_path))
+
+    # gVisor for single containers (a pod does not start under runsc here): its own flags through
+    # podman, host networking (runsc's own stack is not reachable from the host), unix sockets
+    # that the sandbox may create on the host, no cgroups.
+    RUNSC = ["--runtime", "/usr/bin/runsc", "--runtime-flag=network=host"]
+    RUNSC += ["--runtime-flag=platform=ptrace", "--runtime-flag=host-uds=create"]
+    RUNSC += ["--runtime-flag=ignore-cgroups"]
+
+    RUNC = ("--runtime", "runc")
+
+    def __call__(self, *args, timeout=120, check=True, tool="podman", runtime=RUNC):
+        argv = [tool, *args] if tool != "podman" else ["podman", *runtime, *args]
+        out = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and out.returncode != 0:
+            pytest.fail(f"{' '.join(argv)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+        return out
+
+
+class ContainerLog(Endpoints):
+    """The endpoints of a sandboxd in a container, found in its log (podman logs)."""
+
+    def __init__(self, podman, name, path, socket=None, runtime=Podman.RUNC):
+        super().__init__(path, socket)
+        self.podman, self.name, self.runtime = podman, name, runtime
+
+    def running(self):
+        fmt = "{{.State.Status}}"
+        out = self.podman("inspect", "--format", fmt, self.name, check=False, runtime=self.runtime)
+        return out.stdout.strip() in ("created", "configured", "initialized", "running")
+
+    def log(self):
+        out = self.podman("logs", self.name, check=False, runtime=self.runtime)
+        text = out.stdout + out.stderr
+        self.log_path.write_text(text)
+        return text
+
+
+@pytest.fixture
+def podman(tmp_path):
+    return Podman(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def injector_image(static_bin, tmp_path_factory):
+    """localhost/sandboxd:test-PID, built by images/build.sh from the binaries under test."""
+    need_tool("buildah")
+    install_bin = Path(os.environ.get("SANDBOXD_INSTALL_BIN", ""))
+    if not install_bin.is_file():
+        pytest.skip("SANDBOXD_INSTALL_BIN is not set (CTest sets it to sandboxd-install)")
+    tag = f"test-{os.getpid()}"
+    argv = [REPO / "images/build.sh", "--bins", static_bin, install_bin, "--tag", tag]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ref = f"localhost/sandboxd:{tag}"
+    yield ref
+    subprocess.run(["buildah", "rmi", ref], capture_output=True, timeout=60)

@@ -20,7 +20,9 @@ import pytest
 from conftest import (
     STOP_TIMEOUT,
     Clients,
+    ContainerLog,
     Endpoints,
+    Podman,
     busybox_tree,
     daemon_flags,
     need_root,
@@ -147,3 +149,37 @@ def test_busybox_tree_under_gvisor(gvisor, tools, tmp_path):
     assert digest == hashlib.sha256((g.tree / "workspace/up.bin").read_bytes()).hexdigest()
     assert ppid == "1", "the shell's parent is sandboxd, PID 1"
     g.stop()
+
+
+def test_injector_image_under_podman_runsc(podman, injector_image, tools, tmp_path):
+    """The injector image itself under gVisor, run by podman with runsc: its /sandboxd as PID 1
+    and as the image's user (65532), the unix socket and /workspace on host directories."""
+    need_tool("runsc")
+    run_dir, ws = tmp_path / "run", tmp_path / "ws"
+    for d in (run_dir, ws):
+        d.mkdir()
+        os.chmod(d, 0o777)  # the image's user writes there
+    name = f"sbx-gvisor-{os.getpid()}"
+    rt = Podman.RUNSC
+    argv = ["run", "-d", "--name", name, "--network=host", "--ulimit", "nofile=20000:20000"]
+    argv += ["-v", f"{run_dir}:/run/sbx", "-v", f"{ws}:/workspace", "--entrypoint", "/sandboxd"]
+    argv += [injector_image, *daemon_flags("/run/sbx/sbx.sock")]
+    podman(*argv, runtime=rt)
+    try:
+        ep = ContainerLog(podman, name, tmp_path / "log", str(run_dir / "sbx.sock"), runtime=rt)
+        ep.wait_ready(ep.running)
+        c = Clients(tools, ep)
+        assert "pid 1)" in ep.log()
+        assert c.health(via_socket=True) == "status: SERVING"
+        c.probes()
+        code, out, _ = c.execute(["/sandboxd", "--version"], via_socket=True)
+        assert (code, out) == (0, "sandboxd 0.1.0\n")
+        data = c.round_trip(tmp_path)
+        assert (ws / "up.bin").read_bytes() == data
+        assert (ws / "up.bin").stat().st_uid == 65532
+        podman("stop", "--time", "20", name, runtime=rt)
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", name, runtime=rt).stdout
+        assert code.strip() == "0", ep.log()
+        assert "sandboxd stopped" in ep.log()
+    finally:
+        podman("rm", "--force", name, check=False, runtime=rt)

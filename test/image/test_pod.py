@@ -11,40 +11,9 @@ podman's defaults), through a containers.conf of the test's own.
 
 import os
 import re
-import subprocess
-from pathlib import Path
 
-import pytest
 import yaml
-from conftest import REPO, Clients, Endpoints, busybox_tree, need_tool, wait_until
-
-CONTAINERS_CONF = """\
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=20000:20000"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-"""
-
-
-class Podman:
-    def __init__(self, tmp_path):
-        need_tool("podman")
-        need_tool("buildah")
-        need_tool("runc")
-        need_tool("catatonit")  # podman builds its pod's pause image from it
-        conf = tmp_path / "containers.conf"
-        conf.write_text(CONTAINERS_CONF)
-        self.env = dict(os.environ, CONTAINERS_CONF=str(conf), TMPDIR=str(tmp_path))
-
-    def __call__(self, *args, timeout=120, check=True, tool="podman"):
-        argv = [tool, *args] if tool != "podman" else ["podman", "--runtime", "runc", *args]
-        out = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
-        if check and out.returncode != 0:
-            pytest.fail(f"{' '.join(argv)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
-        return out
-
+from conftest import REPO, Clients, ContainerLog, busybox_tree, wait_until
 
 def played_pod(example, tag, name):
     """The example as the test plays it (see the module docstring)."""
@@ -67,30 +36,14 @@ def played_pod(example, tag, name):
     return pod
 
 
-@pytest.fixture
-def podman(tmp_path):
-    return Podman(tmp_path)
-
-
-def test_pod_example(podman, tmp_path, static_bin, tools):
-    install_bin = Path(os.environ.get("SANDBOXD_INSTALL_BIN", ""))
-    if not install_bin.is_file():
-        pytest.skip("SANDBOXD_INSTALL_BIN is not set (CTest sets it to sandboxd-install)")
-    tag = f"test-{os.getpid()}"
-    images = [f"localhost/sandboxd:{tag}", f"localhost/sandbox-user:{tag}"]
-    # The injector image, by the build script from the binaries under test.
-    out = subprocess.run(
-        [REPO / "images/build.sh", "--bins", static_bin, install_bin, "--tag", tag],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
+def test_pod_example(podman, injector_image, tmp_path, tools):
+    tag = injector_image.rpartition(":")[2]
+    user_image = f"localhost/sandbox-user:{tag}"
     # The user's image: busybox and nothing else.
     ctx = tmp_path / "user"
     busybox_tree(ctx / "rootfs")
     (ctx / "Containerfile").write_text('FROM scratch\nCOPY rootfs/ /\nCMD ["/bin/sh"]\n')
-    podman("bud", "--isolation", "chroot", "-q", "-t", images[1], str(ctx), tool="buildah")
+    podman("bud", "--isolation", "chroot", "-q", "-t", user_image, str(ctx), tool="buildah")
 
     name = f"sbx-example-{os.getpid()}"
     pod_file = tmp_path / "pod.yaml"
@@ -101,24 +54,16 @@ def test_pod_example(podman, tmp_path, static_bin, tools):
         check_pod(podman, name, tools, tmp_path)
     finally:
         podman("kube", "down", str(pod_file), check=False)
-        podman("rmi", *images, check=False)
+        podman("rmi", user_image, check=False)
 
 
 def check_pod(podman, name, tools, tmp_path):
     main = f"{name}-main"
-    log = tmp_path / "main.log"
-
-    def logs():
-        out = podman("logs", main, check=False)
-        log.write_text(out.stdout + out.stderr)
-        return "ready" in log.read_text()
-
-    ep = Endpoints(log)
-    wait_until(logs, 60, "the main container's sandboxd to be ready")
-    ep.wait_ready(lambda: True)
+    ep = ContainerLog(podman, main, tmp_path / "main.log")
+    ep.wait_ready(ep.running)
     c = Clients(tools, ep)
     # The original command runs as sandboxd's main process, with sandboxd's stdio.
-    wait_until(lambda: logs() and "started\n" in log.read_text(), 10, "the main process's output")
+    wait_until(lambda: "started\n" in ep.log(), 10, "the main process's output")
     assert c.health() == "status: SERVING"
     c.probes()
     # Exec in the main container: the busybox image, sandboxd as PID 1, the binary from the
@@ -139,6 +84,5 @@ def check_pod(podman, name, tools, tmp_path):
     podman("pod", "stop", "--time", "30", name)
     fmt = "{{.State.Status}} {{.State.ExitCode}}"
     st = podman("inspect", "--format", fmt, main).stdout.split()
-    logs()
-    assert st == ["exited", "143"], (st, log.read_text())
-    assert "sandboxd stopped" in log.read_text()
+    assert st == ["exited", "143"], (st, ep.log())
+    assert "sandboxd stopped" in ep.log()
