@@ -8,7 +8,9 @@
 # the tests in test/image run the binary in a tree that holds nothing else.
 #
 # Not built under the sanitizers (ASan cannot be linked statically).
+# Why it is not built, when it is not: test/image reports it as the reason for its skips.
 if(SANDBOXD_SANITIZE)
+  set_property(GLOBAL PROPERTY SBX_STATIC_MISSING "not built in a sanitizer build")
   return()
 endif()
 
@@ -25,8 +27,11 @@ if(NOT SBX_STATIC_DEPS)
 endif()
 file(GLOB SBX_MHD_STATIC "${SBX_STATIC_DEPS}/libmicrohttpd-${MHD_VERSION}-*/lib/libmicrohttpd.a")
 if(NOT SBX_MHD_STATIC)
-  message(STATUS "sandboxd-static: not built, no libmicrohttpd ${MHD_VERSION} without HTTPS in "
-                 "${SBX_STATIC_DEPS} (scripts/static-deps.sh builds it)")
+  set(why "no libmicrohttpd ${MHD_VERSION} without HTTPS in ${SBX_STATIC_DEPS} "
+          "(scripts/static-deps.sh builds it)")
+  string(JOIN "" why ${why})
+  message(STATUS "sandboxd-static: not built, ${why}")
+  set_property(GLOBAL PROPERTY SBX_STATIC_MISSING "not built: ${why}")
   return()
 endif()
 list(GET SBX_MHD_STATIC 0 SBX_MHD_STATIC)

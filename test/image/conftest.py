@@ -66,7 +66,8 @@ def _root():
 def static_bin():
     p = os.environ.get("SANDBOXD_STATIC_BIN")
     if not p:
-        pytest.skip("SANDBOXD_STATIC_BIN is not set (CTest sets it to sandboxd-static)")
+        why = os.environ.get("SANDBOXD_STATIC_MISSING", "SANDBOXD_STATIC_BIN is not set")
+        pytest.skip(why + " (CTest sets SANDBOXD_STATIC_BIN to sandboxd-static)")
     path = Path(p)
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(f"SANDBOXD_STATIC_BIN={p} is not an executable file")
