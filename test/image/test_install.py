@@ -38,7 +38,7 @@ def test_copies_atomically_with_mode_0755(install, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--from", "/nonexistent/sandboxd", "{dir}"], "open '/nonexistent/sandboxd': No such file"),
+        (["--from", "/nonexistent/x", "{dir}"], "open '/nonexistent/x': No such file"),
         (["--from", "{dir}", "{dir}"], "is not a regular file"),
         (["--from", "{file}", "/nonexistent/dir"], "open directory '/nonexistent/dir'"),
         (["--from", "{file}", "{file}"], "Not a directory"),
