@@ -35,10 +35,14 @@ if ! (cd "$src" &&
   ./configure --prefix="$prefix" --enable-static --disable-shared --disable-https \
     --disable-doc --disable-examples --disable-curl --disable-dauth --with-pic \
     CFLAGS="-O2 -ffunction-sections -fdata-sections" &&
-  make -j2 -C src/microhttpd && make -C src/microhttpd install &&
-  make -C src/include install) >"$work/build.log" 2>&1; then
+  make -j2 -C src/microhttpd && make -C src/microhttpd install DESTDIR="$work/dest" &&
+  make -C src/include install DESTDIR="$work/dest") >"$work/build.log" 2>&1; then
   tail -n 40 "$work/build.log" >&2
   exit 1
 fi
-[ -f "$lib" ] || { log "no $lib after the build"; exit 1; }
+# Into place in one rename, so that an interrupted build never passes for a finished one.
+[ -f "$work/dest$lib" ] || { log "no $lib after the build"; exit 1; }
+mkdir -p "$SANDBOXD_STATIC_DEPS"
+rm -rf "$prefix"
+mv "$work/dest$prefix" "$prefix"
 echo "$lib"
