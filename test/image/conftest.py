@@ -312,14 +312,22 @@ def podman(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def injector_image(static_bin, tmp_path_factory):
-    """localhost/sandboxd:test-PID, built by images/build.sh from the binaries under test."""
+def oci_layout(tmp_path_factory):
+    """The OCI image layout the injector image is also pushed to."""
+    return tmp_path_factory.mktemp("oci")
+
+
+@pytest.fixture(scope="session")
+def injector_image(static_bin, oci_layout):
+    """localhost/sandboxd:test-PID, built by images/build.sh from the binaries under test, in
+    the container storage and in oci_layout (as sandboxd-test-PID)."""
     need_tool("buildah")
     install_bin = Path(os.environ.get("SANDBOXD_INSTALL_BIN", ""))
     if not install_bin.is_file():
         pytest.skip("SANDBOXD_INSTALL_BIN is not set (CTest sets it to sandboxd-install)")
     tag = f"test-{os.getpid()}"
     argv = [REPO / "images/build.sh", "--bins", static_bin, install_bin, "--tag", tag]
+    argv += ["--oci", oci_layout]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     ref = f"localhost/sandboxd:{tag}"
