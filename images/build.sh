@@ -10,9 +10,11 @@
 # OCI image layout at DIR (tags sandboxd-<version>, sandboxd-controller-<version>).
 #
 #   images/build.sh [--build-dir DIR] [--oci DIR] [--tag TAG] [--bins SANDBOXD_STATIC INSTALL]
+#                   [--controller-bin FILE]
 #
-# --bins takes the two binaries of the injector as they are instead of building them; --tag
-# tags the images TAG instead of the version (the tests use both).
+# --bins takes the two binaries of the injector as they are instead of building them (and skips
+# the controller unless --controller-bin gives its binary); --tag tags the images TAG instead of
+# the version (the tests use these).
 #
 # The version is the CMake project's, the revision the git commit; both go into the OCI labels
 # (org.opencontainers.image.*). Needs root (or a rootless buildah setup) and buildah.
@@ -20,14 +22,15 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build="$repo/build/images"
-oci= tag= static_bin= install_bin=
+oci= tag= static_bin= install_bin= controller_bin= bins_given=
 while [ $# -gt 0 ]; do
   case $1 in
   --build-dir) build=$2; shift 2 ;;
   --oci) oci=$2; shift 2 ;;
   --tag) tag=$2; shift 2 ;;
-  --bins) static_bin=$2 install_bin=$3; shift 3 ;;
-  -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+  --bins) static_bin=$2 install_bin=$3 bins_given=1; shift 3 ;;
+  --controller-bin) controller_bin=$2; shift 2 ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   *) echo "build.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -74,15 +77,20 @@ cp "$install_bin" "$ctx/injector/sandboxd-install"
 bud sandboxd.Containerfile sandboxd "$ctx/injector"
 
 # The controller: its binary, plus its shared libraries and loader if it is not static.
-if ! [ -f "$build/build.ninja" ] || ! ninja -C "$build" -t targets all | grep -q '^sandboxd-controller:'; then
-  log "controller image not built: there is no CMake target sandboxd-controller yet"
-  exit 0
+if [ -z "$controller_bin" ]; then
+  if [ -n "$bins_given" ] || ! [ -f "$build/build.ninja" ] ||
+    ! ninja -C "$build" -t targets all | grep -q '^sandboxd-controller:'; then
+    log "controller image not built: there is no CMake target sandboxd-controller yet"
+    exit 0
+  fi
+  cmake --build "$build" -j2 --target sandboxd-controller >/dev/null
+  controller_bin=$(find "$build" -name sandboxd-controller -type f -perm -u+x | head -n1)
 fi
-cmake --build "$build" -j2 --target sandboxd-controller >/dev/null
 root="$ctx/controller/rootfs"
 mkdir -p "$root"
-cp "$(find "$build" -name sandboxd-controller -type f -perm -u+x | head -n1)" "$root/"
-ldd "$root/sandboxd-controller" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
+cp "$controller_bin" "$root/sandboxd-controller"
+# ldd lists nothing for a static binary ("not a dynamic executable").
+for lib in $(ldd "$root/sandboxd-controller" 2>/dev/null | grep -o '/[^ ]*' || true); do
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done

@@ -4,10 +4,13 @@ entrypoint) in podman's storage, and its content in the OCI layout: two files, n
 import gzip
 import io
 import json
+import os
 import re
 import subprocess
 import tarfile
+from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 
@@ -50,3 +53,33 @@ def test_oci_layout_holds_two_files(injector_image, oci_layout, static_bin):
     assert sorted(files) == ["sandboxd", "sandboxd-install"]
     assert files["sandboxd"][1] == static_bin.read_bytes()
     assert all(mode & 0o755 == 0o755 for mode, _ in files.values())
+
+
+def test_controller_image_with_a_stand_in(podman, static_bin, tmp_path):
+    """controller.Containerfile, ready for the controller that does not exist yet: built by
+    build.sh around a stand-in binary, the dynamic sandboxd, which needs its shared libraries
+    and loader bundled (the fallback for a binary that cannot link statically); it runs."""
+    stand_in = os.environ.get("SANDBOXD_BIN")
+    install_bin = os.environ.get("SANDBOXD_INSTALL_BIN")
+    if not stand_in or not install_bin:
+        pytest.skip("SANDBOXD_BIN or SANDBOXD_INSTALL_BIN is not set (CTest sets them)")
+    tag = f"test-controller-{os.getpid()}"
+    argv = [REPO / "images/build.sh", "--bins", static_bin, install_bin, "--tag", tag]
+    argv += ["--controller-bin", stand_in]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    images = [f"localhost/sandboxd-controller:{tag}", f"localhost/sandboxd:{tag}"]
+    try:
+        cfg = json.loads(podman("image", "inspect", images[0]).stdout)[0]["Config"]
+        assert cfg["Labels"]["org.opencontainers.image.title"] == "sandboxd-controller"
+        assert cfg["User"] == "65532:65532"
+        run = podman("run", "--rm", images[0], "--version")
+        assert run.stdout == "sandboxd 0.1.0\n"
+        root = Path(podman("image", "mount", images[0]).stdout.strip())
+        try:
+            assert (root / "etc/ssl/certs/ca-certificates.crt").stat().st_size > 0
+            assert list(root.glob("lib*/**/libgrpc*")), "the shared libraries are bundled"
+        finally:
+            podman("image", "unmount", images[0], check=False)
+    finally:
+        podman("rmi", *images, check=False)
