@@ -317,19 +317,23 @@ def oci_layout(tmp_path_factory):
     return tmp_path_factory.mktemp("oci")
 
 
+def build_images(static_bin, tag, *more):
+    """images/build.sh from the binaries under test, tagged tag; more: its further options."""
+    need_tool("buildah")
+    install_bin = os.environ.get("SANDBOXD_INSTALL_BIN")
+    if not install_bin:
+        pytest.skip("SANDBOXD_INSTALL_BIN is not set (CTest sets it to sandboxd-install)")
+    argv = [REPO / "images/build.sh", "--bins", static_bin, install_bin, "--tag", tag, *more]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+
+
 @pytest.fixture(scope="session")
 def injector_image(static_bin, oci_layout):
     """localhost/sandboxd:test-PID, built by images/build.sh from the binaries under test, in
     the container storage and in oci_layout (as sandboxd-test-PID)."""
-    need_tool("buildah")
-    install_bin = Path(os.environ.get("SANDBOXD_INSTALL_BIN", ""))
-    if not install_bin.is_file():
-        pytest.skip("SANDBOXD_INSTALL_BIN is not set (CTest sets it to sandboxd-install)")
     tag = f"test-{os.getpid()}"
-    argv = [REPO / "images/build.sh", "--bins", static_bin, install_bin, "--tag", tag]
-    argv += ["--oci", oci_layout]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    build_images(static_bin, tag, "--oci", oci_layout)
     ref = f"localhost/sandboxd:{tag}"
     yield ref
     subprocess.run(["buildah", "rmi", ref], capture_output=True, timeout=60)
