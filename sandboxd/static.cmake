@@ -37,7 +37,8 @@ endif()
 list(GET SBX_MHD_STATIC 0 SBX_MHD_STATIC)
 
 # The private dependencies of the others, as pkg-config --static lists them, and what Debian's
-# grpc_unsecure.pc leaves out (upb, c-ares, re2, address_sorting).
+# grpc_unsecure.pc leaves out (upb, c-ares, re2, address_sorting). A library the core or the
+# adapters start to use goes here too (libseccomp.a, for one, is there to be added).
 pkg_check_modules(GRPC_STATIC REQUIRED grpc_unsecure gpr zlib)
 pkg_check_modules(SUPPORT_STATIC REQUIRED jansson libprotobuf-c libcrypto)
 
