@@ -11,7 +11,7 @@
 #define STATUS(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
 
 /* The services whose health we report; "" is the server as a whole. */
-static const char *const services[] = {"", "process.v1.ProcessService"};
+static const char *const services[] = {"", "process.v1.ProcessService", "sandboxd.v1.Processes"};
 
 struct watch {
     struct sbx_grpc_tag send_tag, close_tag;

@@ -10,137 +10,30 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "grpc_launch.h"
 #include "log.h"
 #include "metrics.h"
 #include "process/v1/process.pb-c.h"
 
-extern char **environ;
-
-/* What a process is started with, built from a ProcessConfig. */
-struct launch {
-    char **argv; /* borrowed strings of the request */
-    char **envp; /* borrowed from environ, or owned "k=v" strings from n_daemon_env on */
-    size_t n_daemon_env, n_env;
-    int cwd_fd;
-};
-
-static void launch_release(struct launch *l)
+/* Builds what a ProcessConfig asks for. */
+static int launch_from(const struct sbx_process_service *svc, const Process__V1__ProcessConfig *c,
+                       struct sbx_launch *l, struct sbx_error *err)
 {
-    free(l->argv);
-    if (l->envp)
-        for (size_t i = l->n_daemon_env; i < l->n_env; i++)
-            free(l->envp[i]);
-    free(l->envp);
-    sbx_closep(&l->cwd_fd);
-}
+    struct sbx_launch_config lc = {0};
+    int r = 0;
 
-static bool has_key(const Process__V1__ProcessConfig *c, const char *entry, size_t klen)
-{
-    for (size_t i = 0; i < c->n_env_vars; i++)
-        if (strlen(c->env_vars[i]->key) == klen && memcmp(c->env_vars[i]->key, entry, klen) == 0)
-            return true;
-    return false;
-}
-
-/* The daemon's environment with the request's variables added (they win), and PWD set to the
- * working directory unless the request sets it. */
-static int build_env(struct launch *l, const Process__V1__ProcessConfig *c, const char *pwd,
-                     struct sbx_error *err)
-{
-    size_t n = 0, k = 0;
-
-    while (environ && environ[n])
-        n++;
-    l->envp = calloc(n + c->n_env_vars + 2, sizeof(char *));
-    if (!l->envp)
-        return sbx_error_set(err, ENOMEM, "allocate environment");
-    for (size_t i = 0; i < n; i++) {
-        size_t klen = strcspn(environ[i], "=");
-        if (!has_key(c, environ[i], klen) && !(klen == 3 && memcmp(environ[i], "PWD", 3) == 0))
-            l->envp[k++] = environ[i];
+    if (c) {
+        lc.command = c->command;
+        lc.n_command = c->n_command;
+        lc.cwd = c->cwd;
+        r = sbx_launch_config_alloc(&lc, c->n_env_vars, err);
+        if (r == 0)
+            SBX_LAUNCH_ENV(&lc, c->env_vars, c->n_env_vars);
     }
-    l->n_daemon_env = l->n_env = k;
-    for (size_t i = 0; i < c->n_env_vars; i++) {
-        const Process__V1__ProcessConfig__EnvVarsEntry *e = c->env_vars[i];
-        bool later = false;
-        /* A map key repeated on the wire: the last one wins. */
-        for (size_t j = i + 1; j < c->n_env_vars; j++)
-            later |= strcmp(c->env_vars[j]->key, e->key) == 0;
-        if (later)
-            continue;
-        if (asprintf(&l->envp[l->n_env], "%s=%s", e->key, e->value) < 0)
-            return sbx_error_set(err, ENOMEM, "allocate environment");
-        l->n_env++;
-    }
-    if (!has_key(c, "PWD", 3)) {
-        if (asprintf(&l->envp[l->n_env], "PWD=%s", pwd) < 0)
-            return sbx_error_set(err, ENOMEM, "allocate environment");
-        l->n_env++;
-    }
-    return 0;
-}
-
-static bool config_utf8_valid(const Process__V1__ProcessConfig *c)
-{
-    for (size_t i = 0; i < c->n_command; i++)
-        if (!sbx_grpc_utf8_valid(c->command[i]))
-            return false;
-    for (size_t i = 0; i < c->n_env_vars; i++)
-        if (!sbx_grpc_utf8_valid(c->env_vars[i]->key) ||
-            !sbx_grpc_utf8_valid(c->env_vars[i]->value))
-            return false;
-    return !c->cwd || sbx_grpc_utf8_valid(c->cwd);
-}
-
-static int build_launch(struct sbx_process_service *svc, const Process__V1__ProcessConfig *c,
-                        struct launch *l, struct sbx_error *err)
-{
-    _cleanup_free_ char *rel = NULL, *pwd = NULL;
-    const char *cwd;
-    int r;
-
-    if (!c || c->n_command == 0)
-        return sbx_error_set(err, EINVAL, "command is required");
-    if (!config_utf8_valid(c))
-        return sbx_error_set(err, EINVAL, "string field contains invalid UTF-8");
-    l->argv = calloc(c->n_command + 1, sizeof(char *));
-    if (!l->argv)
-        return sbx_error_set(err, ENOMEM, "allocate argv");
-    memcpy(l->argv, c->command, c->n_command * sizeof(char *));
-    cwd = c->cwd && c->cwd[0] ? c->cwd : ".";
-    r = sbx_path_open(svc->root, cwd, O_PATH | O_DIRECTORY, err);
-    if (r < 0)
-        return sbx_error_wrap(err, "cwd");
-    l->cwd_fd = r;
-    r = sbx_path_clean(svc->root, cwd, &rel, err);
-    if (r < 0)
-        return r;
-    if (strcmp(rel, ".") == 0)
-        pwd = strdup(svc->root->path);
-    else if (asprintf(&pwd, "%s%s%s", svc->root->path, strcmp(svc->root->path, "/") == 0 ? "" : "/",
-                      rel) < 0)
-        pwd = NULL;
-    if (!pwd)
-        return sbx_error_set(err, ENOMEM, "allocate PWD");
-    return build_env(l, c, pwd, err);
-}
-
-/* Status and message for a failed start, worded like the reference daemon. */
-static void reply_start_error(struct sbx_grpc_req *req, int r, const struct sbx_error *e,
-                              const char *what)
-{
-    char msg[512];
-    grpc_status_code code = sbx_grpc_status(r);
-
-    if (r == -ENOENT)
-        snprintf(msg, sizeof(msg), "%s: command or path not found: %s", what, e->msg);
-    else if (code == GRPC_STATUS_PERMISSION_DENIED && r != -EXDEV)
-        snprintf(msg, sizeof(msg), "%s: permission denied: %s", what, e->msg);
-    else if (r == -EINVAL || r == -EXDEV)
-        snprintf(msg, sizeof(msg), "%s", e->msg);
-    else
-        snprintf(msg, sizeof(msg), "%s: %s", what, e->msg);
-    sbx_grpc_reply(req, NULL, code, msg);
+    if (r == 0)
+        r = sbx_launch_build(svc->root, &lc, l, err);
+    sbx_launch_config_release(&lc);
+    return r;
 }
 
 /* One Start or Execute call and the process it runs. */
@@ -322,7 +215,7 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
                 const Process__V1__PTY *pty, bool execute)
 {
     struct sbx_process_service *svc = req->method_data;
-    struct launch l = {.cwd_fd = -1};
+    struct sbx_launch l = {.cwd_fd = -1};
     struct sbx_error e = {0};
     struct sbx_proc_opts o = {0};
     struct pcall *c;
@@ -333,16 +226,16 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
         sbx_grpc_reply(req, NULL, GRPC_STATUS_UNAVAILABLE, "sandboxd is shutting down");
         return;
     }
-    r = build_launch(svc, config, &l, &e);
+    r = launch_from(svc, config, &l, &e);
     if (r < 0) {
-        reply_start_error(req, r, &e,
-                          execute ? "failed to execute command" : "failed to start command");
-        launch_release(&l);
+        sbx_launch_reply_error(req, r, &e,
+                               execute ? "failed to execute command" : "failed to start command");
+        sbx_launch_release(&l);
         return;
     }
     c = pcall_new(req, execute);
     if (!c) {
-        launch_release(&l);
+        sbx_launch_release(&l);
         sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
@@ -357,11 +250,11 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     o.anonymous = execute;
     c->refs++; /* the sink's, dropped at exit */
     r = sbx_proc_start(svc->procs, &o, execute ? &capture_sink : &stream_sink, c, &c->proc, &e);
-    launch_release(&l);
+    sbx_launch_release(&l);
     if (r < 0) {
         c->req = NULL;
         free(c);
-        reply_start_error(
+        sbx_launch_reply_error(
             req, r, &e,
             execute ? "failed to execute command"
                     : (pty ? "failed to start command with PTY" : "failed to start command"));

@@ -71,6 +71,7 @@ grpc_status_code sbx_grpc_status(int r)
     case ENOTTY:
     case EPIPE:
     case ENOTDIR:
+    case EOPNOTSUPP:
         return GRPC_STATUS_FAILED_PRECONDITION;
     case EAGAIN:
     case ENOMEM:
@@ -182,8 +183,8 @@ static void reply_done(struct sbx_grpc_tag *tag, bool ok)
     free(r);
 }
 
-void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grpc_status_code code,
-                    const char *details)
+static void send_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply,
+                       grpc_status_code code, const char *details, bool watch_close)
 {
     struct reply *r = calloc(1, sizeof(*r));
     grpc_op ops[4];
@@ -208,10 +209,24 @@ void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grp
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = code;
     ops[n++].data.send_status_from_server.status_details = &r->details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
+    if (watch_close) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
+    }
     if (grpc_call_start_batch(req->call, ops, n, &r->tag, NULL) != GRPC_CALL_OK)
         reply_done(&r->tag, false);
+}
+
+void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *m, grpc_status_code code,
+                    const char *details)
+{
+    send_reply(req, m, code, details, true);
+}
+
+void sbx_grpc_reply_watched(struct sbx_grpc_req *req, const ProtobufCMessage *m,
+                            grpc_status_code code, const char *details)
+{
+    send_reply(req, m, code, details, false);
 }
 
 static void acceptor_arm(struct acceptor *a);

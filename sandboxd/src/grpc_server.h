@@ -71,6 +71,11 @@ void sbx_grpc_req_free(struct sbx_grpc_req *req);
 void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grpc_status_code code,
                     const char *details);
 
+/* Like sbx_grpc_reply, for a call whose end the handler already watches (it started a
+ * GRPC_OP_RECV_CLOSE_ON_SERVER of its own). */
+void sbx_grpc_reply_watched(struct sbx_grpc_req *req, const ProtobufCMessage *reply,
+                            grpc_status_code code, const char *details);
+
 /* Decodes a request payload; NULL when missing or malformed. Free with
  * protobuf_c_message_free_unpacked. */
 ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);

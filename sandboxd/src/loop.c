@@ -64,12 +64,25 @@ fail:
     return r;
 }
 
+void sbx_loop_run_pending(struct sbx_loop *loop)
+{
+    for (;;) {
+        bool more;
+        run_tasks(loop);
+        pthread_mutex_lock(&loop->lock);
+        more = loop->head != NULL;
+        pthread_mutex_unlock(&loop->lock);
+        if (!more)
+            break;
+    }
+}
+
 void sbx_loop_free(struct sbx_loop *loop)
 {
     if (!loop)
         return;
-    /* What was posted after the last iteration (frees, mostly) still runs. */
-    run_tasks(loop);
+    /* What was posted after the last iteration (frees, mostly) still runs, and what those post. */
+    sbx_loop_run_pending(loop);
     sbx_closep(&loop->epfd);
     sbx_closep(&loop->wake.fd);
     pthread_mutex_destroy(&loop->lock);

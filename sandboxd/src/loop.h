@@ -40,6 +40,10 @@ void sbx_loop_del(struct sbx_loop *loop, struct sbx_watch *w);
  * a fetched event points to); or at sbx_loop_free. Thread-safe; returns 0 or -ENOMEM. */
 int sbx_loop_post(struct sbx_loop *loop, sbx_task_fn fn, void *arg);
 
+/* Runs the posted tasks, and those they post, now; after the loop stopped, so that what one
+ * module's frees post runs before the next module goes. */
+void sbx_loop_run_pending(struct sbx_loop *loop);
+
 /* Runs until sbx_loop_stop(); returns 0 or -errno. */
 int sbx_loop_run(struct sbx_loop *loop, struct sbx_error *err);
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <grpc/grpc.h>
 #include <signal.h>
@@ -10,13 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "cgroup.h"
 #include "grpc_health.h"
+#include "grpc_jobs.h"
 #include "grpc_process.h"
 #include "grpc_reflection.h"
 #include "grpc_server.h"
@@ -54,7 +58,13 @@ static long long arg_http_threads = 4;
 static long long arg_http_max_connections = 2048;
 static long long arg_max_upload_bytes = 16LL << 30;
 static long long arg_max_processes = 1024;
+static long long arg_output_ring_bytes = 1 << 20;
+static uint64_t arg_exit_retention_ms = 600000;
+static long long arg_max_exited = 256;
 static bool arg_keep_serving;
+static const char *arg_cgroups = "auto";
+static const char *arg_oom_score_adj = "1000";
+static const char *arg_daemon_oom_score_adj = "-900";
 static char **arg_command; /* after --: the main process */
 
 /* Everything the loop's callbacks reach. */
@@ -65,12 +75,17 @@ static struct {
     struct sbx_http *http;
     struct sbx_health *health;
     struct sbx_process_service process;
+    struct sbx_jobs *jobs;
+    struct sbx_cgroups *cgroups;
+    struct sbx_error cgroups_why;
+    struct sbx_jobs_service jobs_service;
     struct sbx_watch signals;
-    struct sbx_timer kill_timer, deadline_timer;
+    struct sbx_timer kill_timer, deadline_timer, trim_timer;
     bool draining;
     bool idle;         /* draining, and no process is left */
     bool grpc_done;    /* draining, and every call has finished */
     bool deadline_hit; /* --shutdown-timeout is over */
+    bool trim_soon;    /* the trim timer is armed for TRIM_DELAY_MS, not the period */
     pid_t main_pid;    /* the main process (sandboxd -- cmd), or 0 */
     bool main_exited;
     int main_status; /* its wait status */
@@ -110,6 +125,24 @@ static int opt_bytes(const char *v, void *dst)
 static int opt_count(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 1 << 20, dst);
+}
+
+static int opt_cgroups(const char *v, void *dst)
+{
+    if (strcmp(v, "auto") != 0 && strcmp(v, "off") != 0)
+        return -EINVAL;
+    *(const char **)dst = v;
+    return 0;
+}
+
+static int opt_oom_adj(const char *v, void *dst)
+{
+    long long n;
+    int r = sbx_parse_int(v, -1000, 1000, &n);
+
+    if (r == 0)
+        *(const char **)dst = v;
+    return r;
 }
 
 static int opt_log_level(const char *v, void *dst)
@@ -158,8 +191,20 @@ static const struct option_def {
      "HTTP connections at once (2048)"},
     {"max-processes", opt_count, &arg_max_processes,
      "processes at once; beyond, RESOURCE_EXHAUSTED (1024)"},
+    {"output-ring-bytes", opt_bytes, &arg_output_ring_bytes,
+     "output kept per stream of a spawned process (1048576)"},
+    {"exit-retention", opt_duration, &arg_exit_retention_ms,
+     "how long an exited spawned process and its output are kept (10m)"},
+    {"max-exited", opt_count, &arg_max_exited,
+     "exited spawned processes kept at most; the oldest go first (256)"},
     {"max-upload-bytes", opt_bytes, &arg_max_upload_bytes,
      "largest upload, 0 for no limit (16 GiB)"},
+    {"cgroups", opt_cgroups, &arg_cgroups,
+     "auto: a cgroup per spawned process when the kernel gives us one; off (auto)"},
+    {"oom-score-adj", opt_oom_adj, &arg_oom_score_adj,
+     "oom_score_adj of the processes we start: the OOM killer takes them first (1000)"},
+    {"daemon-oom-score-adj", opt_oom_adj, &arg_daemon_oom_score_adj,
+     "our own oom_score_adj, when allowed (-900)"},
     {"keep-serving", NULL, &arg_keep_serving,
      "keep serving after the main process exits (off: drain and exit with its status)"},
     {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
@@ -246,9 +291,33 @@ static void grpc_shut_down(void *arg)
 }
 
 /* No process is left: the only calls that may remain are health watches; end them. */
+/* The allocator gives back what a burst left free (a thousand streams leave ~15 MB otherwise):
+ * shortly after the last process of a burst ends, and every half minute while idle (connections
+ * come and go without processes). */
+#define TRIM_DELAY_MS  2000
+#define TRIM_PERIOD_MS 30000
+
+static void trim_expired(struct sbx_timer *t)
+{
+    (void)t;
+    d.trim_soon = false;
+#ifdef __GLIBC__
+    if (sbx_proctab_count(d.procs) == 0)
+        (void)malloc_trim(0);
+#endif
+    sbx_cgroups_sweep(d.cgroups);
+    if (!d.draining)
+        (void)sbx_timer_arm(&d.trim_timer, TRIM_PERIOD_MS);
+}
+
 static void procs_empty(void *arg)
 {
     (void)arg;
+    if (!d.draining && !d.trim_soon) {
+        /* Not pushed back by every process that ends: a steady trickle must not starve it. */
+        d.trim_soon = true;
+        (void)sbx_timer_arm(&d.trim_timer, TRIM_DELAY_MS);
+    }
     if (d.draining && !d.idle && sbx_proctab_busy(d.procs) == 0) {
         d.idle = true;
         log_info("all processes have exited");
@@ -286,6 +355,7 @@ static void begin_drain(const char *why)
     log_info("%s: draining", why);
     __atomic_store_n(&d.process.draining, true, __ATOMIC_RELEASE);
     sbx_health_set_serving(d.health, false);
+    sbx_jobs_shutdown(d.jobs);
     if (d.http)
         sbx_http_set_draining(d.http);
     n = sbx_proctab_signal_all(d.procs, SIGTERM);
@@ -378,6 +448,34 @@ static int setup_signals(struct sbx_error *err)
         return sbx_error_set(err, errno, "signalfd");
     d.signals.fn = on_signal;
     return 0;
+}
+
+/* Our soft fd limit up to the hard one (a process needs several fds, a connection one); the
+ * processes we start get the limit we were started with. */
+static void raise_nofile(void)
+{
+    struct rlimit lim;
+
+    struct rlimit raised;
+
+    if (getrlimit(RLIMIT_NOFILE, &lim) < 0 || lim.rlim_cur >= lim.rlim_max)
+        return;
+    raised = (struct rlimit){.rlim_cur = lim.rlim_max, .rlim_max = lim.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) < 0)
+        return;
+    sbx_spawn_set_base_nofile(&lim);
+    log_debug("fd limit raised from %llu to %llu", (unsigned long long)lim.rlim_cur,
+              (unsigned long long)lim.rlim_max);
+}
+
+/* The OOM killer should take a workload before us. Lowering our score needs CAP_SYS_RESOURCE. */
+static void protect_self(void)
+{
+    _cleanup_close_ int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+
+    if (fd < 0 || write(fd, arg_daemon_oom_score_adj, strlen(arg_daemon_oom_score_adj)) < 0)
+        log_info("cannot set our oom_score_adj to %s: %s", arg_daemon_oom_score_adj,
+                 strerror(errno));
 }
 
 /* Our stdio must be open: the fds we make must never land on 0, 1 or 2. */
@@ -478,13 +576,37 @@ static int listen_all(struct sbx_error *err)
     return 0;
 }
 
+/* Cgroups for spawned processes, when asked and the kernel gives us some; else NULL, and why. */
+static struct sbx_cgroups *open_cgroups(void)
+{
+    if (strcmp(arg_cgroups, "off") == 0) {
+        sbx_error_set(&d.cgroups_why, EOPNOTSUPP, "cgroups are off (--cgroups off)");
+        return NULL;
+    }
+    if (sbx_cgroups_open(&d.cgroups, &d.cgroups_why) < 0) {
+        log_info("no cgroups for spawned processes: %s", d.cgroups_why.msg);
+        return NULL;
+    }
+    log_info("cgroups %s for spawned processes:%s%s", sbx_cgroups_version(d.cgroups),
+             sbx_cgroups_has_memory(d.cgroups) ? " memory" : "",
+             sbx_cgroups_has_pids(d.cgroups) ? " pids" : "");
+    return d.cgroups;
+}
+
 static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx_error *err)
 {
     struct sbx_proctab_opts po = {.chunk_size = (size_t)arg_stream_chunk_size,
                                   .exit_drain_ms = arg_exit_drain_timeout_ms,
                                   .max_procs = (size_t)arg_max_processes,
+                                  .oom_score_adj = arg_oom_score_adj,
                                   .on_other_exit = other_exit,
                                   .on_empty = procs_empty};
+    struct sbx_jobs_opts jo = {.cgroups = open_cgroups(),
+                               .cgroups_why = d.cgroups_why.msg,
+                               .ring_bytes = (size_t)arg_output_ring_bytes,
+                               .retain_ms = arg_exit_retention_ms,
+                               .max_exited = (size_t)arg_max_exited,
+                               .default_grace_ms = arg_termination_grace_ms};
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,
                                .threads = (int)arg_grpc_threads};
@@ -494,7 +616,9 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
         (r = sbx_loop_add(d.loop, &d.signals, EPOLLIN, err)) < 0 ||
         (r = sbx_timer_init(&d.kill_timer, d.loop, kill_expired, err)) < 0 ||
         (r = sbx_timer_init(&d.deadline_timer, d.loop, deadline_expired, err)) < 0 ||
+        (r = sbx_timer_init(&d.trim_timer, d.loop, trim_expired, err)) < 0 ||
         (r = sbx_proctab_new(&d.procs, d.loop, &po, err)) < 0 ||
+        (r = sbx_jobs_new(&d.jobs, d.loop, d.procs, &jo, err)) < 0 ||
         (r = sbx_health_new(&d.health, err)) < 0 ||
         (r = sbx_reflection_new(refl, sbx_descriptor_set,
                                 (size_t)(sbx_descriptor_set_end - sbx_descriptor_set), err)) < 0)
@@ -502,9 +626,15 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
     d.process.procs = d.procs;
     d.process.root = root;
     d.process.max_output = (size_t)arg_max_output_bytes;
+    d.jobs_service = (struct sbx_jobs_service){.jobs = d.jobs,
+                                               .root = root,
+                                               .max_output = (size_t)arg_max_output_bytes,
+                                               .chunk_size = 64 * 1024,
+                                               .draining = &d.process.draining};
     grpc_init();
     if ((r = sbx_grpc_new(&d.grpc, &go, err)) < 0 ||
         (r = sbx_grpc_process_register(d.grpc, &d.process, err)) < 0 ||
+        (r = sbx_grpc_jobs_register(d.grpc, &d.jobs_service, err)) < 0 ||
         (r = sbx_grpc_health_register(d.grpc, d.health, err)) < 0 ||
         (r = sbx_grpc_reflection_register(d.grpc, *refl, err)) < 0 || (r = listen_all(err)) < 0 ||
         (r = sbx_grpc_start(d.grpc, err)) < 0 || (r = start_http(root, err)) < 0)
@@ -558,6 +688,10 @@ int main(int argc, char **argv)
     int r;
 
     d.signals.fd = -1;
+#ifdef __GLIBC__
+    /* A few arenas, not one per thread: what one thread frees is found by the others. */
+    (void)mallopt(M_ARENA_MAX, 2);
+#endif
     ensure_stdio();
     r = parse_args(argc, argv);
     if (r != 0)
@@ -565,10 +699,15 @@ int main(int argc, char **argv)
     r = setup_signals(&err);
     if (r == 0 && getpid() != 1)
         (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (r == 0) {
+        protect_self();
+        raise_nofile();
+    }
     if (r == 0)
         r = setup(&root, &refl, &err);
     if (r == 0) {
         log_info("sandboxd %s ready (root %s, pid %d)", SANDBOXD_VERSION, root.path, getpid());
+        (void)sbx_timer_arm(&d.trim_timer, TRIM_PERIOD_MS);
         if (arg_command && (main_failed = start_main()) != 0)
             begin_drain("main process could not start");
         r = sbx_loop_run(d.loop, &err);
@@ -585,8 +724,13 @@ int main(int argc, char **argv)
     log_info("sandboxd stopped");
     sbx_timer_release(&d.kill_timer);
     sbx_timer_release(&d.deadline_timer);
+    sbx_timer_release(&d.trim_timer);
     sbx_reflection_free(refl);
     sbx_health_free(d.health);
+    sbx_jobs_free(d.jobs);
+    if (d.loop)
+        sbx_loop_run_pending(d.loop); /* the jobs' frees, which drop their processes */
+    sbx_cgroups_free(d.cgroups);
     sbx_proctab_free(d.procs);
     sbx_closep(&d.signals.fd);
     sbx_loop_free(d.loop);

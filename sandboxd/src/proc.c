@@ -62,6 +62,8 @@ void sbx_proctab_free(struct sbx_proctab *t)
             sbx_proc_unref(p);
         }
     }
+    /* Their frees, posted to the loop, reach t: run them before t goes. */
+    sbx_loop_run_pending(t->loop);
     pthread_rwlock_destroy(&t->reap_lock);
     pthread_mutex_destroy(&t->lock);
     free(t);
@@ -293,7 +295,9 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
                           .pty = o->pty,
                           .cols = o->cols,
                           .rows = o->rows,
-                          .stdin_null = o->anonymous};
+                          .stdin_null = o->anonymous || o->stdin_null,
+                          .confine = o->confine,
+                          .oom_score_adj = t->opts.oom_score_adj};
     struct sbx_proc *p;
     int r;
 
@@ -719,6 +723,17 @@ int sbx_proc_signal(struct sbx_proc *p, int sig, struct sbx_error *err)
      * may be reused once reaped). */
     if (!p->exited && kill(-p->pid, sig) < 0)
         r = sbx_error_set(err, errno, "signal process %d", p->id);
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+int sbx_proc_with_pid(struct sbx_proc *p, int (*fn)(pid_t pid, void *arg), void *arg)
+{
+    int r = 0;
+
+    pthread_mutex_lock(&p->lock);
+    if (!p->exited)
+        r = fn(p->pid, arg);
     pthread_mutex_unlock(&p->lock);
     return r;
 }

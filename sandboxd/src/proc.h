@@ -44,8 +44,10 @@ struct sbx_proc_opts {
     int cwd_fd;        /* directory to run in, or -1 */
     bool pty;
     unsigned short cols, rows;
-    int credit;     /* initial output credit: 0 to wait for sbx_proc_ack, or unlimited */
-    bool anonymous; /* no id (not found by sbx_proc_get), stdin from /dev/null */
+    int credit;      /* initial output credit: 0 to wait for sbx_proc_ack, or unlimited */
+    bool anonymous;  /* no id (not found by sbx_proc_get), stdin from /dev/null */
+    bool stdin_null; /* stdin from /dev/null */
+    struct sbx_spawn_confine confine;
 };
 
 struct sbx_proctab_opts {
@@ -53,6 +55,8 @@ struct sbx_proctab_opts {
     /* Output awaited after an exit while a pipe stays open: a background job may write a little
      * more and close its copy (or hold it forever), and a tty delivers asynchronously. */
     uint64_t exit_drain_ms;
+    /* Every process's /proc/self/oom_score_adj ("" or NULL: inherited). */
+    const char *oom_score_adj;
     /* Processes at once (running, or exited and not yet delivered); 0 for no limit. */
     size_t max_procs;
     /* Runs on the loop thread for each reaped child that is not in the table: the caller's own
@@ -65,6 +69,7 @@ struct sbx_proctab_opts {
 
 int sbx_proctab_new(struct sbx_proctab **ret, struct sbx_loop *loop,
                     const struct sbx_proctab_opts *opts, struct sbx_error *err);
+/* After the loop stopped. */
 void sbx_proctab_free(struct sbx_proctab *t);
 
 /* Reaps every exited child (waitpid(-1)); call on SIGCHLD, on the loop thread. Exits of pids
@@ -111,6 +116,10 @@ void sbx_proc_detach(struct sbx_proc *p);
 
 /* Sends sig to the process group; a no-op once the process has exited. */
 int sbx_proc_signal(struct sbx_proc *p, int sig, struct sbx_error *err);
+
+/* Runs fn(pid, arg) under the process's lock unless it has exited (its pid may be reused once
+ * reaped); returns what fn returned, or 0 after the exit. */
+int sbx_proc_with_pid(struct sbx_proc *p, int (*fn)(pid_t pid, void *arg), void *arg);
 
 /* Sets the window size; -ENOTTY when the process has no pty. */
 int sbx_proc_resize(struct sbx_proc *p, unsigned short cols, unsigned short rows,

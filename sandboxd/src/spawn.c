@@ -126,6 +126,45 @@ int sbx_spawn_lookup(const char *name, const char *search_path, char **ret, stru
     return sbx_error_set(err, -last, "exec: \"%s\": executable file not found in $PATH", name);
 }
 
+static struct rlimit base_nofile;
+static bool have_base_nofile;
+
+void sbx_spawn_set_base_nofile(const struct rlimit *lim)
+{
+    base_nofile = *lim;
+    have_base_nofile = true;
+}
+
+int sbx_rlimit_resource(const char *name)
+{
+    static const struct {
+        const char *name;
+        int resource;
+    } names[] = {
+        {"as", RLIMIT_AS},
+        {"core", RLIMIT_CORE},
+        {"cpu", RLIMIT_CPU},
+        {"data", RLIMIT_DATA},
+        {"fsize", RLIMIT_FSIZE},
+        {"locks", RLIMIT_LOCKS},
+        {"memlock", RLIMIT_MEMLOCK},
+        {"msgqueue", RLIMIT_MSGQUEUE},
+        {"nice", RLIMIT_NICE},
+        {"nofile", RLIMIT_NOFILE},
+        {"nproc", RLIMIT_NPROC},
+        {"rss", RLIMIT_RSS},
+        {"rtprio", RLIMIT_RTPRIO},
+        {"rttime", RLIMIT_RTTIME},
+        {"sigpending", RLIMIT_SIGPENDING},
+        {"stack", RLIMIT_STACK},
+    };
+
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(names); i++)
+        if (strcmp(names[i].name, name) == 0)
+            return names[i].resource;
+    return -1;
+}
+
 /* Runs in the child, on its own stack, sharing the parent's memory until execve: only
  * async-signal-safe calls, no allocation, no instrumentation. */
 __attribute__((no_sanitize("address", "undefined"))) static int child_main(void *arg)
@@ -135,6 +174,9 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigset_t none, ttou;
 
+    for (int i = 0; i < s->confine.n_cgroup_fds; i++)
+        if (write(s->confine.cgroup_fds[i], "0", 1) < 0)
+            goto fail;
     for (int i = 0; i < n_ignored; i++)
         (void)sigaction(ignored[i], &dfl, NULL);
     if (s->inherit_stdio) {
@@ -164,6 +206,24 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         }
     }
     if (s->cwd_fd >= 0 && fchdir(s->cwd_fd) < 0)
+        goto fail;
+    if (have_base_nofile && syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &base_nofile, NULL) < 0)
+        goto fail;
+    for (size_t i = 0; i < s->confine.n_rlimits; i++)
+        if (syscall(SYS_prlimit64, 0, s->confine.rlimits[i].resource, &s->confine.rlimits[i].lim,
+                    NULL) < 0)
+            goto fail;
+    if (s->oom_score_adj && s->oom_score_adj[0]) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            (void)!write(fd, s->oom_score_adj, strlen(s->oom_score_adj));
+            close(fd);
+        }
+    }
+    if (s->confine.set_user &&
+        (syscall(SYS_setgroups, s->confine.n_groups, s->confine.groups) < 0 ||
+         syscall(SYS_setresgid, s->confine.gid, s->confine.gid, s->confine.gid) < 0 ||
+         syscall(SYS_setresuid, s->confine.uid, s->confine.uid, s->confine.uid) < 0))
         goto fail;
     /* Anything a library opened without O_CLOEXEC must not leak into user code. */
     (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);

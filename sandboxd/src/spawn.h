@@ -3,9 +3,31 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "error.h"
+
+struct sbx_rlimit {
+    int resource; /* RLIMIT_* */
+    struct rlimit lim;
+};
+
+/* What confines the child, set up between clone and exec: its cgroups, resource limits and
+ * credentials (with raw syscalls: glibc's set*id would try to change every thread of ours,
+ * whose memory the child shares). */
+struct sbx_spawn_confine {
+    const int *cgroup_fds; /* cgroup.procs files the child joins by writing "0" */
+    int n_cgroup_fds;
+    bool set_user;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    size_t n_groups;
+    const struct sbx_rlimit *rlimits;
+    size_t n_rlimits;
+};
 
 struct sbx_spawn {
     const char *path;  /* executable, resolved (sbx_spawn_lookup) or containing a '/' */
@@ -18,7 +40,17 @@ struct sbx_spawn {
      * process group rather than a session, and the foreground of our terminal if we have one. */
     bool inherit_stdio;
     unsigned short cols, rows;
+    struct sbx_spawn_confine confine;
+    /* Written to /proc/self/oom_score_adj before exec, when not empty (a decimal string). */
+    const char *oom_score_adj;
 };
+
+/* The RLIMIT_NOFILE every child starts with (before a request's rlimits): the daemon raises its
+ * own soft limit for its many fds, and its children get the one it was started with. */
+void sbx_spawn_set_base_nofile(const struct rlimit *lim);
+
+/* RLIMIT_* of a lower-case name ("nofile"), or -1. */
+int sbx_rlimit_resource(const char *name);
 
 /* The parent's ends, all O_CLOEXEC and O_NONBLOCK. With a pty, out_fd is the master, in_fd a
  * duplicate of it, err_fd is -1. in_fd is -1 with stdin_null; all are -1 with inherit_stdio. */

@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -119,7 +120,8 @@ def _load_module(name, path):
 
 
 class Protos:
-    """The generated message modules: pb (process.v1), health, refl_v1, refl_v1alpha."""
+    """The generated message modules: pb (process.v1), sbx (sandboxd.v1), health, refl_v1,
+    refl_v1alpha."""
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +129,7 @@ def protos(tmp_path_factory):
     out = tmp_path_factory.mktemp("pb")
     files = [
         "process/v1/process.proto",
+        "sandboxd/v1/processes.proto",
         "grpc/health/v1/health.proto",
         "grpc/reflection/v1/reflection.proto",
         "grpc/reflection/v1alpha/reflection.proto",
@@ -140,6 +143,7 @@ def protos(tmp_path_factory):
     p = Protos()
     # Loaded by path under private names: "grpc" would collide with the grpcio package.
     p.pb = _load_module("sbx_itest_process_pb2", out / "process/v1/process_pb2.py")
+    p.sbx = _load_module("sbx_itest_processes_pb2", out / "sandboxd/v1/processes_pb2.py")
     p.health = _load_module("sbx_itest_health_pb2", out / "grpc/health/v1/health_pb2.py")
     p.refl_v1 = _load_module("sbx_itest_refl_v1_pb2", out / "grpc/reflection/v1/reflection_pb2.py")
     p.refl_v1alpha = _load_module(
@@ -847,3 +851,173 @@ def reference_env_factory(tools, protos, tmp_path_factory):
             d.stop_and_check()
         finally:
             _RUNNING.remove(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Abuse: shared by the REST abuse tests and the hostile suite (test/hostile)
+
+
+def raise_nofile(need):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        want = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    if soft < need:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below the {need} sockets needed")
+
+
+class Prober(threading.Thread):
+    """Times /healthz (a new connection each) and gRPC Execute ["true"] in a loop, while a test
+    abuses the daemon; finish() prints the slowest of each and fails past the bounds."""
+
+    def __init__(self, d, healthz_bound=1.0, execute_bound=2.0, client=None):
+        super().__init__(daemon=True)
+        self.d = d
+        self.healthz_bound, self.execute_bound = healthz_bound, execute_bound
+        self.client = client or d.client()
+        self.healthz, self.execute, self.errors = [], [], []
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            t0 = time.monotonic()
+            try:
+                r = http_request(self.d.rest_port, "GET", "/healthz", timeout=5)
+                if r.status != 200:
+                    self.errors.append(f"/healthz answered {r.status}")
+            except OSError as e:
+                self.errors.append(f"/healthz: {e!r}")
+            self.healthz.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            try:
+                resp = self.client.execute(["true"], timeout=5)
+                if resp.exit_code != 0:
+                    self.errors.append(f"Execute exit code {resp.exit_code}")
+            except Exception as e:  # grpc.RpcError
+                self.errors.append(f"Execute: {e!r}")
+            self.execute.append(time.monotonic() - t0)
+            self.halt.wait(0.05)
+
+    def finish(self, what):
+        self.halt.set()
+        self.join(15)
+        h = max(self.healthz, default=None)
+        e = max(self.execute, default=None)
+        print(f"\n{what}: {len(self.healthz)} /healthz, slowest {h:.3f}s (bound {self.healthz_bound}s); "
+              f"{len(self.execute)} Execute, slowest {e:.3f}s (bound {self.execute_bound}s)")
+        assert not self.errors, f"{what}: failures while abused: {self.errors[:5]}"
+        assert len(self.healthz) >= 3 and len(self.execute) >= 3, "too few probes"
+        assert h < self.healthz_bound, f"{what}: /healthz took {h:.3f}s"
+        assert e < self.execute_bound, f"{what}: Execute took {e:.3f}s"
+
+
+def connect_many(port, n):
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            socks.append(s)
+    except OSError:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+# ---------------------------------------------------------------------------------------------
+# A client of sandboxd.v1.Processes
+
+
+PROCS_SVC = "/sandboxd.v1.Processes/"
+
+
+class Procs:
+    """A client of sandboxd.v1.Processes."""
+
+    def __init__(self, channel, protos):
+        self.m = protos.sbx
+        m = self.m
+
+        def uu(name, req, resp):
+            return channel.unary_unary(PROCS_SVC + name, request_serializer=req.SerializeToString,
+                                       response_deserializer=resp.FromString)
+
+        self._spawn = uu("Spawn", m.SpawnRequest, m.ProcessInfo)
+        self._run = uu("Run", m.RunRequest, m.RunResponse)
+        self._list = uu("List", m.ListRequest, m.ListResponse)
+        self._get = uu("Get", m.GetRequest, m.ProcessInfo)
+        self._wait = uu("Wait", m.WaitRequest, m.ProcessInfo)
+        self._signal = uu("Signal", m.SignalRequest, m.SignalResponse)
+        self._write = uu("WriteStdin", m.WriteStdinRequest, m.WriteStdinResponse)
+        self._resize = uu("Resize", m.ResizeRequest, m.ResizeResponse)
+        self._remove = uu("Remove", m.RemoveRequest, m.RemoveResponse)
+        self._attach = channel.unary_stream(PROCS_SVC + "Attach",
+                                            request_serializer=m.AttachRequest.SerializeToString,
+                                            response_deserializer=m.AttachEvent.FromString)
+
+    def spec(self, command, **kw):
+        pty = kw.pop("pty", None)
+        s = self.m.ProcessSpec(command=list(command), **kw)
+        if pty:
+            s.pty.rows, s.pty.cols = pty
+        return s
+
+    def spawn(self, command, **kw):
+        return self._spawn(self.m.SpawnRequest(spec=self.spec(command, **kw)), timeout=RPC_TIMEOUT)
+
+    def run(self, command, stdin=b"", limit=0, timeout=RPC_TIMEOUT, **kw):
+        req = self.m.RunRequest(spec=self.spec(command, **kw), stdin=stdin,
+                                output_limit_bytes=limit)
+        return self._run(req, timeout=timeout)
+
+    def list(self, tag=""):
+        return list(self._list(self.m.ListRequest(tag=tag), timeout=RPC_TIMEOUT).processes)
+
+    def get(self, pid):
+        return self._get(self.m.GetRequest(id=pid), timeout=RPC_TIMEOUT)
+
+    def wait(self, pid, timeout=STREAM_TIMEOUT):
+        return self._wait(self.m.WaitRequest(id=pid), timeout=timeout)
+
+    def signal(self, pid, sig, scope=0):
+        return self._signal(self.m.SignalRequest(id=pid, signal=int(sig), scope=scope),
+                            timeout=RPC_TIMEOUT).count
+
+    def write(self, pid, data=b"", eof=False):
+        return self._write(self.m.WriteStdinRequest(id=pid, data=data, eof=eof), timeout=RPC_TIMEOUT)
+
+    def remove(self, pid):
+        return self._remove(self.m.RemoveRequest(id=pid), timeout=RPC_TIMEOUT)
+
+    def attach_call(self, pid, out=0, err=0, follow=True, timeout=STREAM_TIMEOUT, **kw):
+        req = self.m.AttachRequest(id=pid, stdout_offset=out, stderr_offset=err, follow=follow,
+                                   **kw)
+        return self._attach(req, timeout=timeout)
+
+    def attach(self, pid, **kw):
+        """Reads a whole Attach call: (stdout bytes, stderr bytes, truncations, exit, events)."""
+        data = {1: bytearray(), 2: bytearray()}
+        truncs, ex, events = [], None, []
+        for ev in self.attach_call(pid, **kw):
+            kind = ev.WhichOneof("event")
+            events.append(kind)
+            if kind == "output":
+                d = data[ev.output.stream]
+                assert ev.output.offset == _kw_offset(kw, ev.output.stream) + len(d) + _skipped(
+                    truncs, ev.output.stream), "offsets are contiguous"
+                d += ev.output.data
+            elif kind == "truncated":
+                truncs.append((ev.truncated.stream, ev.truncated.__getattribute__("from"),
+                               ev.truncated.to))
+            elif kind == "exit":
+                ex = ev.exit
+        return bytes(data[1]), bytes(data[2]), truncs, ex, events
+
+
+def _kw_offset(kw, stream):
+    return kw.get("out", 0) if stream == 1 else kw.get("err", 0)
+
+
+def _skipped(truncs, stream):
+    return sum(t - f for s, f, t in truncs if s == stream)

@@ -417,6 +417,26 @@ def test_head(d, area):
     assert cp.returncode == 0 and b" 200" in cp.stdout.split(b"\r\n")[0], cp
 
 
+def test_head_of_an_archive_keeps_the_connection_in_step(d, area):
+    # A HEAD answer carries no body, not even the end of a chunked one: two HEADs on one
+    # keep-alive connection must both parse (libmicrohttpd once slipped a "0" line in between).
+    p, n = area
+    (p / "f").write_bytes(b"x")
+    for _ in range(50):
+        c = http.client.HTTPConnection("127.0.0.1", d.rest_port, timeout=SMALL)
+        try:
+            for _ in range(3):
+                c.request("HEAD", f"/v1/files/{n}?archive=tar")
+                r = c.getresponse()
+                assert r.status == 200 and r.read() == b""
+                assert r.getheader("Content-Type") == "application/x-tar"
+            c.request("GET", f"/v1/files/{n}/f")
+            r = c.getresponse()
+            assert r.status == 200 and r.read() == b"x"
+        finally:
+            c.close()
+
+
 def test_get_directory_listing(d, area, tmp_path):
     p, n = area
     (p / "b.txt").write_bytes(b"abc")

@@ -3,15 +3,13 @@ they hold the daemon, /healthz and a gRPC Execute must keep answering within a b
 the daemon survives; the idle timeout (--http-idle-timeout 2s) closes every such connection and
 a stalled upload leaves no temp file behind."""
 
-import resource
 import selectors
 import socket
-import threading
 import time
 
 import pytest
 
-from conftest import http_request, temp_files, wait_until
+from conftest import Prober, connect_many, http_request, raise_nofile, temp_files, wait_until
 
 IDLE = 2.0  # --http-idle-timeout of these daemons
 CLOSE_SLACK = 4.0  # the server must close an idle connection within IDLE + this
@@ -19,76 +17,10 @@ HEALTHZ_BOUND = 1.0  # seconds: the slowest /healthz allowed while abused
 EXECUTE_BOUND = 2.0  # seconds: the slowest Execute allowed while abused
 
 
-def _raise_nofile(need):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < need:
-        want = need if hard == resource.RLIM_INFINITY else min(need, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-        soft = want
-    if soft < need:
-        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below the {need} sockets needed")
-
-
 @pytest.fixture
 def abused(sandboxd_factory):
-    _raise_nofile(4096)  # before the daemon starts: it inherits the limit
+    raise_nofile(4096)  # before the daemon starts: it inherits the limit
     return sandboxd_factory(["--http-idle-timeout", f"{int(IDLE)}s"])
-
-
-class Prober(threading.Thread):
-    """Times /healthz (a new connection each) and gRPC Execute ["true"] in a loop."""
-
-    def __init__(self, d):
-        super().__init__(daemon=True)
-        self.d = d
-        self.client = d.client()
-        self.healthz, self.execute, self.errors = [], [], []
-        self.halt = threading.Event()
-
-    def run(self):
-        while not self.halt.is_set():
-            t0 = time.monotonic()
-            try:
-                r = http_request(self.d.rest_port, "GET", "/healthz", timeout=5)
-                if r.status != 200:
-                    self.errors.append(f"/healthz answered {r.status}")
-            except OSError as e:
-                self.errors.append(f"/healthz: {e!r}")
-            self.healthz.append(time.monotonic() - t0)
-            t0 = time.monotonic()
-            try:
-                resp = self.client.execute(["true"], timeout=5)
-                if resp.exit_code != 0:
-                    self.errors.append(f"Execute exit code {resp.exit_code}")
-            except Exception as e:  # grpc.RpcError
-                self.errors.append(f"Execute: {e!r}")
-            self.execute.append(time.monotonic() - t0)
-            self.halt.wait(0.05)
-
-    def finish(self, what):
-        self.halt.set()
-        self.join(15)
-        h = max(self.healthz, default=None)
-        e = max(self.execute, default=None)
-        print(f"\n{what}: {len(self.healthz)} /healthz, slowest {h:.3f}s (bound {HEALTHZ_BOUND}s); "
-              f"{len(self.execute)} Execute, slowest {e:.3f}s (bound {EXECUTE_BOUND}s)")
-        assert not self.errors, f"{what}: failures while abused: {self.errors[:5]}"
-        assert len(self.healthz) >= 3 and len(self.execute) >= 3, "too few probes"
-        assert h < HEALTHZ_BOUND, f"{what}: /healthz took {h:.3f}s"
-        assert e < EXECUTE_BOUND, f"{what}: Execute took {e:.3f}s"
-
-
-def _connect_many(port, n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            socks.append(s)
-    except OSError:
-        for s in socks:
-            s.close()
-        raise
-    return socks
 
 
 def _wait_closed_by_server(socks, timeout):
@@ -123,9 +55,9 @@ def _wait_closed_by_server(socks, timeout):
 def test_slowloris(abused):
     d = abused
     n = 200
-    socks = _connect_many(d.rest_port, n)
+    socks = connect_many(d.rest_port, n)
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200
-    probe = Prober(d)
+    probe = Prober(d, HEALTHZ_BOUND, EXECUTE_BOUND)
     try:
         probe.start()
         # 3 s of headers a byte at a time on every connection, every 0.25 s (< the idle timeout).
@@ -153,8 +85,8 @@ def test_slowloris(abused):
 def test_stalled_uploads(abused):
     d = abused
     n = 20
-    socks = _connect_many(d.rest_port, n)
-    probe = Prober(d)
+    socks = connect_many(d.rest_port, n)
+    probe = Prober(d, HEALTHZ_BOUND, EXECUTE_BOUND)
     try:
         for i, s in enumerate(socks):
             s.sendall(f"PUT /v1/files/stalled/f{i} HTTP/1.1\r\nHost: x\r\n"
@@ -177,9 +109,9 @@ def test_stalled_uploads(abused):
 def test_1000_idle_connections(abused):
     d = abused
     n = 1000
-    socks = _connect_many(d.rest_port, n)
+    socks = connect_many(d.rest_port, n)
     keep = []
-    probe = Prober(d)
+    probe = Prober(d, HEALTHZ_BOUND, EXECUTE_BOUND)
     try:
         # And 50 keep-alive connections idle after one complete request.
         for _ in range(50):
