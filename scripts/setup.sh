@@ -23,6 +23,11 @@ DEB_PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
   tmux
+  # sandboxd-static: the static archives (most come with libgrpc-dev already), and what
+  # scripts/static-deps.sh needs to build libmicrohttpd without HTTPS from Debian's source.
+  libssl-dev zlib1g-dev libc-ares-dev libre2-dev libabsl-dev dpkg-dev xz-utils
+  # test/image: rootfs trees, gVisor, containers and images without a Docker engine.
+  busybox-static debootstrap runsc podman buildah runc catatonit uidmap
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -77,6 +82,8 @@ install_schemathesis() {
 }
 
 mkdir -p "$SANDBOXD_TOOLS"
+# libmicrohttpd without HTTPS for sandboxd-static; without it only that target is skipped.
+"$(dirname "$0")/static-deps.sh" >/dev/null || log "static-deps.sh failed: no sandboxd-static"
 build_reference
 install_schemathesis
 # The Python SDK's virtualenv (pinned packages from PyPI).
