@@ -38,9 +38,9 @@ list(GET SBX_MHD_STATIC 0 SBX_MHD_STATIC)
 
 # The private dependencies of the others, as pkg-config --static lists them, and what Debian's
 # grpc_unsecure.pc leaves out (upb, c-ares, re2, address_sorting). A library the core or the
-# adapters start to use goes here too (libseccomp.a, for one, is there to be added).
+# adapters start to use goes here too.
 pkg_check_modules(GRPC_STATIC REQUIRED grpc_unsecure gpr zlib)
-pkg_check_modules(SUPPORT_STATIC REQUIRED jansson libprotobuf-c libcrypto)
+pkg_check_modules(SUPPORT_STATIC REQUIRED jansson libprotobuf-c libcrypto libseccomp)
 
 set(SBX_STATIC_LIBS -Wl,--start-group ${GRPC_STATIC_STATIC_LIBRARIES} upb cares re2 address_sorting
     ${SUPPORT_STATIC_STATIC_LIBRARIES} -Wl,--end-group)

@@ -2,7 +2,11 @@
 #include "hasher.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
+/* The SHA-256 functions themselves, not the EVP layer: EVP brings OpenSSL's provider machinery
+ * (3 MiB of the static binary) for one hash. Deprecated in OpenSSL 3, still implemented there
+ * with the same assembly. */
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -15,7 +19,7 @@
 
 struct sbx_hasher {
     int fd;
-    EVP_MD_CTX *sha;
+    SHA256_CTX sha;
     bool threaded;
     pthread_t thread;
     pthread_mutex_t lock;
@@ -34,11 +38,7 @@ int sbx_hasher_new(int fd, struct sbx_hasher **ret, struct sbx_error *err)
     if (!h)
         return sbx_error_set(err, ENOMEM, "allocate hasher");
     h->fd = fd;
-    h->sha = EVP_MD_CTX_new();
-    if (!h->sha || !EVP_DigestInit_ex(h->sha, EVP_sha256(), NULL)) {
-        sbx_hasher_free(h);
-        return sbx_error_set(err, ENOMEM, "sha256 init");
-    }
+    SHA256_Init(&h->sha);
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->cond, NULL);
     *ret = h;
@@ -63,7 +63,7 @@ static void *hash_thread(void *arg)
         pthread_mutex_unlock(&h->lock);
         n = pread(h->fd, h->buf, avail < READ_CHUNK ? avail : READ_CHUNK, (off_t)at);
         if (n > 0)
-            EVP_DigestUpdate(h->sha, h->buf, (size_t)n);
+            SHA256_Update(&h->sha, h->buf, (size_t)n);
         pthread_mutex_lock(&h->lock);
         if (n <= 0)
             h->error = n < 0 ? errno : EIO;
@@ -84,7 +84,7 @@ void sbx_hasher_update(struct sbx_hasher *h, const void *buf, size_t len)
             /* Small, or no thread to be had: inline. */
             free(h->buf);
             h->buf = NULL;
-            EVP_DigestUpdate(h->sha, buf, len);
+            SHA256_Update(&h->sha, buf, len);
             h->hashed = h->written;
             return;
         }
@@ -115,12 +115,10 @@ static void stop(struct sbx_hasher *h)
 
 int sbx_hasher_final(struct sbx_hasher *h, uint8_t out[SBX_SHA256_LEN], struct sbx_error *err)
 {
-    unsigned int len = 0;
-
     stop(h);
     if (h->error)
         return sbx_error_set(err, h->error, "hash the written file: %s", strerror(h->error));
-    EVP_DigestFinal_ex(h->sha, out, &len);
+    SHA256_Final(out, &h->sha);
     return 0;
 }
 
@@ -133,7 +131,6 @@ void sbx_hasher_free(struct sbx_hasher *h)
         h->error = ECANCELED; /* abandoned: the thread need not catch up */
     pthread_mutex_unlock(&h->lock);
     stop(h);
-    EVP_MD_CTX_free(h->sha);
     pthread_cond_destroy(&h->cond);
     pthread_mutex_destroy(&h->lock);
     free(h->buf);
