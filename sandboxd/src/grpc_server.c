@@ -428,8 +428,8 @@ static void shutdown_done(struct sbx_grpc_tag *tag, bool ok)
 int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sbx_error *err)
 {
     struct sbx_grpc *s = calloc(1, sizeof(*s));
-    grpc_arg args[3];
-    grpc_channel_args ch = {.num_args = 3, .args = args};
+    grpc_arg args[4];
+    grpc_channel_args ch = {.num_args = 4, .args = args};
 
     if (!s)
         return sbx_error_set(err, ENOMEM, "allocate grpc server");
@@ -446,6 +446,11 @@ int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sb
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
     args[2].value.integer = o->max_streams;
+    /* gRPC binds with SO_REUSEPORT by default: a second daemon on our port would share it
+     * silently, the kernel spreading connections between the two. */
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+    args[3].value.integer = 0;
     s->shutdown_tag.fn = shutdown_done;
     s->server = grpc_server_create(&ch, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
@@ -471,7 +476,9 @@ int sbx_grpc_listen(struct sbx_grpc *s, const char *addr, struct sbx_error *err)
 
     grpc_server_credentials_release(creds);
     if (port == 0)
-        return sbx_error_set(err, EADDRINUSE, "cannot listen on '%s'", addr);
+        return sbx_error_set(err, EADDRINUSE,
+                             "cannot listen on '%s' (in use, or not an address of this host)",
+                             addr);
     return port;
 }
 

@@ -490,7 +490,7 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
         MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        h, MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        h, MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_LISTENING_ADDRESS_REUSE, 0u,
         MHD_OPTION_END);
     if (!h->mhd) {
         sbx_http_stop(h);

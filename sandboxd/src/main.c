@@ -2,7 +2,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <getopt.h>
+#include <netdb.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <grpc/grpc.h>
@@ -586,10 +588,34 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
     return 0;
 }
 
+/* A host name must resolve before gRPC is asked to listen on it (gRPC only says it could not):
+ * in an image without /etc nothing resolves, and an address is needed. */
+static int check_listen_host(struct sbx_error *err)
+{
+    struct addrinfo hints = {.ai_flags = AI_PASSIVE, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    unsigned char buf[sizeof(struct in6_addr)];
+    int r;
+
+    if (inet_pton(AF_INET, arg_listen_host, buf) == 1 ||
+        inet_pton(AF_INET6, arg_listen_host, buf) == 1)
+        return 0;
+    r = getaddrinfo(arg_listen_host, NULL, &hints, &res);
+    if (res)
+        freeaddrinfo(res);
+    if (r != 0)
+        return sbx_error_set(err, EINVAL,
+                             "--listen-host %s: %s (give an address, such as 127.0.0.1)",
+                             arg_listen_host, gai_strerror(r));
+    return 0;
+}
+
 static int listen_all(struct sbx_error *err)
 {
     char addr[512];
     int port;
+
+    if (check_listen_host(err) < 0)
+        return -EINVAL;
 
     if (strchr(arg_listen_host, ':'))
         snprintf(addr, sizeof(addr), "[%s]:%lld", arg_listen_host, arg_grpc_port);
