@@ -6,6 +6,7 @@
 //	sbxbench rtt    -addr A -label L                        one gRPC round trip (health Check)
 //	sbxbench stream -addr A -label L -bytes N               Start streaming throughput
 //	sbxbench spawn  -cmd PROG                               local spawn+wait latency
+//	sbxbench cmd    -label L -- ARGV...                     an external command's latency (ssh)
 //	sbxbench pipe   -bytes N                                local raw pipe throughput
 //	sbxbench ready  -label L -- DAEMON ARGS...              start-to-ready time and idle RSS
 //	sbxbench wait   -addr A                                 wait until a daemon answers
@@ -30,7 +31,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|spawn|pipe|ready|wait|freeport|report|restput|restget|floorput|floorget|restsmall|restreport} [flags]")
+	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|spawn|cmd|pipe|ready|wait|freeport|report|restput|restget|floorput|floorget|restsmall|restreport} [flags]")
 	os.Exit(2)
 }
 
@@ -48,6 +49,7 @@ func main() {
 		"wait":     cmdWait,
 		"freeport": cmdFreePort,
 		"report":   cmdReport,
+		"cmd":      cmdCmd,
 
 		"restput":    cmdRestPut,
 		"restget":    cmdRestGet,
