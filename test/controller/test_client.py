@@ -1,0 +1,48 @@
+"""The controller as an API client: in-cluster configuration with a rotated token, a watch that
+survives an API server restart."""
+
+import shutil
+
+from conftest import wait_until
+from test_sandbox import SB, WAIT, sandbox, wait_ready
+
+
+def test_in_cluster_token_is_reread(cluster, namespace, start_controller, tmp_path):
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    shutil.copy(cluster.ca, sa / "ca.crt")
+    (sa / "namespace").write_text(namespace)
+    (sa / "token").write_text("not-a-valid-token\n")
+    ctrl = start_controller(in_cluster=sa)
+    wait_until(lambda: "HTTP 401" in ctrl.log.read_text(errors="replace"), WAIT,
+               what="the controller refused with the stale token")
+    # The kubelet rotates the projected token: the file is replaced under the controller.
+    (sa / "token.new").write_text(cluster.tokens["controller"] + "\n")
+    (sa / "token.new").rename(sa / "token")
+    cluster.admin.create(sandbox("rotated", namespace))
+    wait_ready(cluster.admin, namespace, "rotated", "True", timeout=60)
+
+
+def test_watch_resumes_after_apiserver_restart(cluster, namespace, controller):
+    k = cluster.admin
+    k.create(sandbox("before", namespace))
+    wait_ready(k, namespace, "before", "True")
+    cluster.restart_apiserver()
+    k.create(sandbox("after", namespace))
+    wait_ready(k, namespace, "after", "True", timeout=90)
+    k.patch(*SB, namespace, "before", {"spec": {"operatingMode": "Suspended"}})
+    wait_ready(k, namespace, "before", "False", "SandboxSuspended")
+    assert controller.alive()
+
+
+def test_health_ready_and_metrics(cluster, namespace, controller):
+    assert controller.http("/healthz") == (200, "ok\n")
+    wait_until(lambda: controller.http("/readyz")[0] == 200, WAIT, what="/readyz")
+    cluster.admin.create(sandbox("m1", namespace))
+    wait_ready(cluster.admin, namespace, "m1", "True")
+    m = controller.metrics()
+    assert m["sandboxd_controller_api_writes_total"] >= 3  # secret, pod, status
+    assert m["sandboxd_controller_api_throttled_total"] == 0
+    assert m['sandboxd_controller_informer_lists_total{resource="sandboxes"}'] >= 1
+    assert m['sandboxd_controller_informer_events_total{resource="pods"}'] >= 1
+    assert controller.http("/nope")[0] == 404
