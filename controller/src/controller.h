@@ -1,9 +1,12 @@
-/* The controller: informers on what it owns, one work queue of Sandbox keys, a bounded pool of
- * workers reconciling them. */
+/* The controller: informers on what it owns, one work queue of keys "kind:ns/name" (kinds
+ * sandbox, pool, claim), a bounded pool of workers reconciling them. */
 #pragma once
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
+#include "bucket.h"
 #include "error.h"
 #include "informer.h"
 #include "kube.h"
@@ -15,13 +18,20 @@ struct sbx_ctrl_opts {
     int workers;
     const char *cluster_domain;
     struct sbx_inject_opts inject;
+    double pool_refill_rate; /* warm-pool sandboxes created per second; <= 0 unlimited */
+    int pool_batch;          /* most sandboxes one pool creates in one reconcile */
 };
 
 struct sbx_ctrl {
     struct sbx_kube *kube;
     struct sbx_ctrl_opts opts;
-    struct sbx_informer *sandboxes, *pods, *services;
+    struct sbx_informer *sandboxes, *pods, *services, *templates, *pools, *claims;
     struct sbx_wq *queue;
+    struct sbx_bucket refill; /* paces warm-pool creations across pools */
+    pthread_mutex_t mu;       /* guards the maps below */
+    json_t *expected;         /* "ns/name" -> pool key: created, not yet in the cache */
+    json_t *taken;            /* "ns/name" -> claim key: a warm sandbox being adopted */
+    atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
 };
 
 /* Starts informers and workers. kube stays owned by the caller and must outlive the controller. */
@@ -34,5 +44,17 @@ bool sbx_ctrl_synced(struct sbx_ctrl *c);
 /* Stops workers and informers, frees. Accepts NULL. */
 void sbx_ctrl_free(struct sbx_ctrl *c);
 
-/* Reconciles one Sandbox key ("ns/name"): called by the workers. */
+/* The Sandbox a SandboxTemplate makes: its pod template and service, with labels (borrowed) and
+ * the controller reference owner (stolen). A new reference, or NULL. */
+json_t *sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
+                                  json_t *labels);
+
+/* Deletes the cached Sandboxes of namespace ns whose controller is the `kind` named `name`: the
+ * owner is gone, and the garbage collector may not run. */
+int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char *kind,
+                                 const char *name, struct sbx_error *err);
+
+/* The reconcilers, called by the workers with "ns/name". */
 int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
+int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
+int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);

@@ -76,10 +76,22 @@ static char *metrics(struct sbx_status_server *s)
             (unsigned long long)ks.requests, (unsigned long long)ks.writes,
             (unsigned long long)ks.throttled, (unsigned long long)ks.errors,
             sbx_wq_len(s->ctrl->queue));
+    fprintf(f,
+            "# TYPE sandboxd_controller_claim_writes_total counter\n"
+            "sandboxd_controller_claim_writes_total %llu\n"
+            "# TYPE sandboxd_controller_claims_total counter\n"
+            "sandboxd_controller_claims_total{start=\"warm\"} %llu\n"
+            "sandboxd_controller_claims_total{start=\"cold\"} %llu\n",
+            (unsigned long long)atomic_load(&s->ctrl->claim_writes),
+            (unsigned long long)atomic_load(&s->ctrl->claims_warm),
+            (unsigned long long)atomic_load(&s->ctrl->claims_cold));
     fprintf(f, "# TYPE sandboxd_controller_informer_lists_total counter\n");
     informer_metrics(f, "sandboxes", s->ctrl->sandboxes);
     informer_metrics(f, "pods", s->ctrl->pods);
     informer_metrics(f, "services", s->ctrl->services);
+    informer_metrics(f, "sandboxtemplates", s->ctrl->templates);
+    informer_metrics(f, "sandboxwarmpools", s->ctrl->pools);
+    informer_metrics(f, "sandboxclaims", s->ctrl->claims);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

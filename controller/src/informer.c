@@ -188,6 +188,8 @@ static int on_line(const char *line, size_t len, void *arg)
         /* Not an event: the Status of a failed watch request. */
         if (json_integer_value(json_object_get(ev, "code")) == 410)
             inf->need_list = true;
+        log_warn(0, "%s: watch refused: %s", inf->name,
+                 json_string_value(json_object_get(ev, "message")) ?: "not a watch event");
         return -EPROTO;
     }
     if (!strcmp(type, "ERROR")) {

@@ -36,6 +36,8 @@ static long long arg_rest_port = 8080;
 static long long arg_workers = 8;
 static long long arg_kube_api_burst = 100;
 static double arg_kube_api_qps = 50;
+static double arg_refill_rate = 0;
+static long long arg_pool_batch = 300;
 static uint64_t arg_kube_api_timeout_ms = 30000;
 
 static int opt_string(const char *v, void *dst)
@@ -115,6 +117,10 @@ static const struct option_def {
     {"sandbox-concurrent-workers", opt_count, &arg_workers, "Sandbox reconcile workers (8)"},
     {"metrics-bind-address", opt_string, &arg_metrics_bind_address,
      "address of /metrics, /healthz and /readyz (:8080); port 0 picks a free one"},
+    {"sandbox-warm-pool-max-refill-rate", opt_qps, &arg_refill_rate,
+     "warm-pool sandboxes created per second, all pools together; <= 0 for no limit (0)"},
+    {"sandbox-warm-pool-max-batch-size", opt_count, &arg_pool_batch,
+     "most sandboxes a pool creates in one slow-start round (300)"},
     {"cluster-domain", opt_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
     {"default-runtime-class", opt_string, &arg_default_runtime_class,
      "runtimeClassName of pods whose template names none (none)"},
@@ -228,6 +234,8 @@ int main(int argc, char **argv)
         .namespace = arg_namespace,
         .workers = (int)arg_workers,
         .cluster_domain = arg_cluster_domain,
+        .pool_refill_rate = arg_refill_rate,
+        .pool_batch = (int)arg_pool_batch,
         .inject = {.image = arg_sandboxd_image,
                    .runtime_class = arg_default_runtime_class,
                    .probe = strcmp(arg_sandboxd_probe, "grpc") ? SBX_PROBE_HTTP : SBX_PROBE_GRPC,

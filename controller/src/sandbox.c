@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"
@@ -17,24 +18,6 @@ struct ready {
     const char *status, *reason;
     char message[256];
 };
-
-static const char *meta_str(json_t *obj, const char *field)
-{
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
-}
-
-/* Splits "ns/name". */
-static int split_key(const char *key, char *ns, size_t nssz, const char **name)
-{
-    const char *slash = strchr(key, '/');
-
-    if (!slash || (size_t)(slash - key) >= nssz)
-        return -EINVAL;
-    memcpy(ns, key, (size_t)(slash - key));
-    ns[slash - key] = '\0';
-    *name = slash + 1;
-    return 0;
-}
 
 /* Parses an RFC 3339 UTC time ("2026-01-02T03:04:05Z", fraction allowed). */
 static int parse_time(const char *s, time_t *ret)
@@ -53,66 +36,6 @@ static int parse_time(const char *s, time_t *ret)
     return 0;
 }
 
-static void format_now(char buf[32])
-{
-    time_t t = time(NULL);
-    struct tm tm;
-
-    gmtime_r(&t, &tm);
-    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-static bool controlled_by(json_t *child, json_t *sandbox)
-{
-    json_t *ref;
-    size_t i;
-    const char *uid = meta_str(sandbox, "uid");
-
-    json_array_foreach(json_object_get(json_object_get(child, "metadata"), "ownerReferences"), i,
-                       ref)
-    {
-        const char *u = json_string_value(json_object_get(ref, "uid"));
-        if (json_is_true(json_object_get(ref, "controller")) && u && uid && !strcmp(u, uid))
-            return true;
-    }
-    return false;
-}
-
-/* DELETE path; 404 counts as done. */
-static int delete (struct sbx_ctrl *c, const char *path, struct sbx_error *err)
-{
-    long status;
-    int r = sbx_kube_request(c->kube, "DELETE", path, NULL, NULL, &status, NULL, err);
-
-    if (r < 0)
-        return r;
-    if (status != 200 && status != 202 && status != 404)
-        return sbx_error_set(err, EIO, "DELETE %s: HTTP %ld", path, status);
-    if (status != 404)
-        log_info("deleted %s", path);
-    return 0;
-}
-
-/* POST obj to path; 409 (already there, our cache lags) counts as done. */
-static int create(struct sbx_ctrl *c, const char *path, json_t *obj, struct sbx_error *err)
-{
-    json_auto_t *body = NULL;
-    long status;
-    int r = sbx_kube_request(c->kube, "POST", path, obj, NULL, &status, &body, err);
-
-    if (r < 0)
-        return r;
-    if (status == 201 || status == 200) {
-        log_info("created %s/%s", path, meta_str(obj, "name"));
-        return 0;
-    }
-    if (status == 409)
-        return 0;
-    return sbx_error_set(err, status == 422 || status == 400 ? EINVAL : EIO,
-                         "POST %s: HTTP %ld: %s", path, status,
-                         json_string_value(json_object_get(body, "message")));
-}
-
 /* Removes the Pod and Service of a sandbox that is gone, suspended or expired. */
 static int remove_children(struct sbx_ctrl *c, const char *key, const char *ns, const char *name,
                            json_t *sandbox, bool secret_too, struct sbx_error *err)
@@ -122,20 +45,20 @@ static int remove_children(struct sbx_ctrl *c, const char *key, const char *ns, 
     json_auto_t *svc = sbx_informer_get(c->services, key);
     int r;
 
-    if (pod && (!sandbox || controlled_by(pod, sandbox)) &&
+    if (pod && (!sandbox || sbx_controlled_by(pod, "Sandbox", sbx_meta_str(sandbox, "uid"))) &&
         !json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp")) {
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
-        if ((r = delete (c, path, err)) < 0)
+        if ((r = sbx_api_delete(c->kube, path, err)) < 0)
             return r;
     }
-    if (svc && (!sandbox || controlled_by(svc, sandbox))) {
+    if (svc && (!sandbox || sbx_controlled_by(svc, "Sandbox", sbx_meta_str(sandbox, "uid")))) {
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services/%s", ns, name);
-        if ((r = delete (c, path, err)) < 0)
+        if ((r = sbx_api_delete(c->kube, path, err)) < 0)
             return r;
     }
     if (secret_too && (pod || svc) && sbx_token_secret_name(name, secret, sizeof(secret))) {
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets/%s", ns, secret);
-        if ((r = delete (c, path, err)) < 0)
+        if ((r = sbx_api_delete(c->kube, path, err)) < 0)
             return r;
     }
     return 0;
@@ -161,10 +84,10 @@ static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *s
         if (!(secret = sbx_sandbox_secret(sb, token)))
             return sbx_error_set(err, ENOMEM, "secret");
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets", ns);
-        if ((r = create(c, path, secret, err)) < 0)
+        if ((r = sbx_api_create(c->kube, path, secret, err)) < 0)
             return r;
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
-        if ((r = create(c, path, want, err)) < 0)
+        if ((r = sbx_api_create(c->kube, path, want, err)) < 0)
             return r;
     }
     if (!svc && json_is_true(json_object_get(json_object_get(sb, "spec"), "service"))) {
@@ -172,30 +95,16 @@ static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *s
         if (!want)
             return sbx_error_set(err, ENOMEM, "service");
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services", ns);
-        if ((r = create(c, path, want, err)) < 0)
+        if ((r = sbx_api_create(c->kube, path, want, err)) < 0)
             return r;
     }
     return 0;
 }
 
-static json_t *pod_condition(json_t *pod, const char *type)
-{
-    json_t *cond;
-    size_t i;
-
-    json_array_foreach(json_object_get(json_object_get(pod, "status"), "conditions"), i, cond)
-    {
-        const char *t = json_string_value(json_object_get(cond, "type"));
-        if (t && !strcmp(t, type))
-            return cond;
-    }
-    return NULL;
-}
-
 static void pod_ready(json_t *pod, struct ready *rd)
 {
     const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-    json_t *cond = pod_condition(pod, "Ready");
+    json_t *cond = sbx_condition(pod, "Ready");
 
     if (!pod) {
         *rd = (struct ready){"False", "DependenciesNotReady", "Pod does not exist yet"};
@@ -219,32 +128,24 @@ static void pod_ready(json_t *pod, struct ready *rd)
 static json_t *desired_status(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *svc,
                               const struct ready *rd)
 {
-    json_t *old = json_object_get(sb, "status"), *cond, *ips = json_array();
-    const char *ltt = NULL, *ns = meta_str(sb, "namespace"), *name = meta_str(sb, "name");
-    char now[32], hash[9], selector[64];
+    const char *ns = sbx_meta_str(sb, "namespace"), *name = sbx_meta_str(sb, "name");
+    json_t *ip, *ips = json_array();
+    char hash[9], selector[64];
     size_t i;
 
-    json_array_foreach(json_object_get(old, "conditions"), i, cond)
+    json_array_foreach(json_object_get(json_object_get(pod, "status"), "podIPs"), i, ip)
     {
-        const char *t = json_string_value(json_object_get(cond, "type"));
-        const char *s = json_string_value(json_object_get(cond, "status"));
-        if (t && s && !strcmp(t, "Ready") && !strcmp(s, rd->status))
-            ltt = json_string_value(json_object_get(cond, "lastTransitionTime"));
-    }
-    format_now(now);
-    json_array_foreach(json_object_get(json_object_get(pod, "status"), "podIPs"), i, cond)
-    {
-        const char *ip = json_string_value(json_object_get(cond, "ip"));
-        if (ip)
-            json_array_append_new(ips, json_string(ip));
+        const char *v = json_string_value(json_object_get(ip, "ip"));
+        if (v)
+            json_array_append_new(ips, json_string(v));
     }
     sbx_name_hash(name, hash);
     snprintf(selector, sizeof(selector), "%s=%s", SBX_LABEL_HASH, hash);
-    json_t *st = json_pack("{s:[{s:s, s:s, s:s, s:s, s:s, s:O?}], s:s}", "conditions", "type",
-                           "Ready", "status", rd->status, "reason", rd->reason, "message",
-                           rd->message, "lastTransitionTime", ltt ? ltt : now, "observedGeneration",
-                           json_object_get(json_object_get(sb, "metadata"), "generation"),
-                           "selector", selector);
+    json_t *st = json_pack(
+        "{s:[o], s:s}", "conditions",
+        sbx_ready_condition(rd->status, rd->reason, rd->message, sb,
+                            json_object_get(json_object_get(sb, "metadata"), "generation")),
+        "selector", selector);
     if (!st) {
         json_decref(ips);
         return NULL;
@@ -264,40 +165,6 @@ static json_t *desired_status(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_
     return st;
 }
 
-/* Merge-patches the status when it differs from what the object has. */
-static int update_status(struct sbx_ctrl *c, json_t *sb, json_t *want, const char *ns,
-                         const char *name, struct sbx_error *err)
-{
-    json_t *old = json_object_get(sb, "status");
-    char path[700];
-    long status;
-    int r;
-
-    if (json_equal(old, want))
-        return 0;
-    /* Fields we no longer set must be removed explicitly in a merge patch. */
-    json_auto_t *patch_status = json_deep_copy(want);
-    const char *k;
-    json_t *v;
-    json_object_foreach(old, k, v)
-    {
-        if (!json_object_get(want, k))
-            json_object_set_new(patch_status, k, json_null());
-    }
-    json_auto_t *patch = json_pack("{s:O}", "status", patch_status);
-    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s/status", SBX_API_VERSION, ns,
-             name);
-    r = sbx_kube_request(c->kube, "PATCH", path, patch, "application/merge-patch+json", &status,
-                         NULL, err);
-    if (r < 0)
-        return r;
-    if (status == 404)
-        return 0; /* deleted meanwhile */
-    if (status != 200)
-        return sbx_error_set(err, EIO, "PATCH %s: HTTP %ld", path, status);
-    return 0;
-}
-
 /* Expiry: returns 1 when expired, 0 when not (and queues the key for shutdownTime). */
 static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
 {
@@ -309,7 +176,9 @@ static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
         return 0;
     if (t <= now)
         return 1;
-    sbx_wq_add_after(c->queue, key, (uint64_t)(t - now) * 1000 + 100);
+    char qk[700];
+    if (snprintf(qk, sizeof(qk), "sandbox:%s", key) < (int)sizeof(qk))
+        sbx_wq_add_after(c->queue, qk, (uint64_t)(t - now) * 1000 + 100);
     return 0;
 }
 
@@ -330,7 +199,7 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
     const char *name;
     int r;
 
-    if (split_key(key, ns, sizeof(ns), &name) < 0)
+    if (sbx_split_key(key, ns, sizeof(ns), &name) < 0)
         return sbx_error_set(err, EINVAL, "bad key");
     if (!sb) /* gone: the garbage collector would do this, but may not run */
         return remove_children(c, key, ns, name, NULL, true, err);
@@ -338,7 +207,7 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
         return 0;
     pod = sbx_informer_get(c->pods, key);
     svc = sbx_informer_get(c->services, key);
-    if (pod && !controlled_by(pod, sb))
+    if (pod && !sbx_controlled_by(pod, "Sandbox", sbx_meta_str(sb, "uid")))
         return sbx_error_set(err, EEXIST, "pod \"%s\" exists and is not this sandbox's", key);
 
     json_t *spec = json_object_get(sb, "spec");
@@ -348,7 +217,7 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
         if (policy && !strcmp(policy, "Delete")) {
             snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION, ns,
                      name);
-            return delete (c, path, err);
+            return sbx_api_delete(c->kube, path, err);
         }
         if ((r = remove_children(c, key, ns, name, sb, false, err)) < 0)
             return r;
@@ -372,5 +241,7 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
     }
     if (!(st = desired_status(c, sb, pod, svc, &rd)))
         return sbx_error_set(err, ENOMEM, "status");
-    return update_status(c, sb, st, ns, name, err);
+    r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name,
+                              json_object_get(sb, "status"), st, err);
+    return r < 0 ? r : 0;
 }
