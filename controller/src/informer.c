@@ -176,6 +176,17 @@ static int relist(struct sbx_informer *inf, struct sbx_error *err)
     return 0;
 }
 
+/* The resourceVersion we resume from is no longer there: list again. Returns -ESTALE. */
+static int gone(struct sbx_informer *inf)
+{
+    pthread_mutex_lock(&inf->mu);
+    inf->need_list = true;
+    inf->stats.gone++;
+    pthread_mutex_unlock(&inf->mu);
+    log_info("%s: watch expired (410 Gone), relisting", inf->name);
+    return -ESTALE;
+}
+
 /* One watch line: {"type": ..., "object": {...}}. */
 static int on_line(const char *line, size_t len, void *arg)
 {
@@ -184,23 +195,17 @@ static int on_line(const char *line, size_t len, void *arg)
     const char *type = json_string_value(json_object_get(ev, "type"));
     json_t *obj = json_object_get(ev, "object");
 
+    if (!type && json_integer_value(json_object_get(ev, "code")) == 410)
+        return gone(inf);
     if (!type) {
         /* Not an event: the Status of a failed watch request. */
-        if (json_integer_value(json_object_get(ev, "code")) == 410)
-            inf->need_list = true;
         log_warn(0, "%s: watch refused: %s", inf->name,
                  json_string_value(json_object_get(ev, "message")) ?: "not a watch event");
         return -EPROTO;
     }
     if (!strcmp(type, "ERROR")) {
-        if (json_integer_value(json_object_get(obj, "code")) == 410) {
-            pthread_mutex_lock(&inf->mu);
-            inf->need_list = true;
-            inf->stats.gone++;
-            pthread_mutex_unlock(&inf->mu);
-            log_info("%s: watch expired (410 Gone), relisting", inf->name);
-            return -ESTALE;
-        }
+        if (json_integer_value(json_object_get(obj, "code")) == 410)
+            return gone(inf);
         log_warn(0, "%s: watch error: %s", inf->name,
                  json_string_value(json_object_get(obj, "message")));
         return -EPROTO;
@@ -242,10 +247,8 @@ static int watch(struct sbx_informer *inf, struct sbx_error *err)
         return r;
     if (r < 0)
         return r;
-    if (status == 410) {
-        inf->need_list = true;
-        return -ESTALE;
-    }
+    if (status == 410)
+        return gone(inf);
     if (status != 200)
         return sbx_error_set(err, EIO, "watch %s: HTTP %ld", inf->path, status);
     return 0;

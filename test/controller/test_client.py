@@ -46,3 +46,21 @@ def test_health_ready_and_metrics(cluster, namespace, controller):
     assert m['sandboxd_controller_informer_lists_total{resource="sandboxes"}'] >= 1
     assert m['sandboxd_controller_informer_events_total{resource="pods"}'] >= 1
     assert controller.http("/nope")[0] == 404
+
+
+def test_410_gone_forces_a_relist(cluster, namespace, controller):
+    """A restarted API server's watch cache starts at the current revision: a watch resumed from
+    an older resourceVersion is answered 410 Gone, and the informers list again."""
+    k = cluster.admin
+    k.create(sandbox("g1", namespace))
+    wait_ready(k, namespace, "g1", "True")
+    lists = controller.metrics()['sandboxd_controller_informer_lists_total{resource="sandboxes"}']
+    # Move the cluster's revision past what the controller has seen (elsewhere: it does not see it).
+    other = f"{namespace}-other"
+    k.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    cluster.restart_apiserver()
+    m = wait_until(lambda: (lambda m: m if m['sandboxd_controller_informer_lists_total{resource="sandboxes"}'] > lists
+                            else None)(controller.metrics()), 90, interval=0.2, what="a relist")
+    assert m['sandboxd_controller_informer_gone_total{resource="sandboxes"}'] >= 1
+    k.create(sandbox("g2", namespace))
+    wait_ready(k, namespace, "g2", "True", timeout=60)
