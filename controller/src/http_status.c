@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 
 struct sbx_status_server {
     struct MHD_Daemon *mhd;
-    struct sbx_ctrl *ctrl;
+    struct sbx_ctrl *_Atomic ctrl; /* NULL until leading */
     struct sbx_kube *kube;
     int port;
 };
@@ -52,8 +53,31 @@ static void informer_metrics(FILE *f, const char *name, struct sbx_informer *inf
             (unsigned long long)st.gone);
 }
 
+static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
+{
+    fprintf(f,
+            "# TYPE sandboxd_controller_queue_depth gauge\n"
+            "sandboxd_controller_queue_depth %zu\n"
+            "# TYPE sandboxd_controller_claim_writes_total counter\n"
+            "sandboxd_controller_claim_writes_total %llu\n"
+            "# TYPE sandboxd_controller_claims_total counter\n"
+            "sandboxd_controller_claims_total{start=\"warm\"} %llu\n"
+            "sandboxd_controller_claims_total{start=\"cold\"} %llu\n",
+            sbx_wq_len(c->queue), (unsigned long long)atomic_load(&c->claim_writes),
+            (unsigned long long)atomic_load(&c->claims_warm),
+            (unsigned long long)atomic_load(&c->claims_cold));
+    fprintf(f, "# TYPE sandboxd_controller_informer_lists_total counter\n");
+    informer_metrics(f, "sandboxes", c->sandboxes);
+    informer_metrics(f, "pods", c->pods);
+    informer_metrics(f, "services", c->services);
+    informer_metrics(f, "sandboxtemplates", c->templates);
+    informer_metrics(f, "sandboxwarmpools", c->pools);
+    informer_metrics(f, "sandboxclaims", c->claims);
+}
+
 static char *metrics(struct sbx_status_server *s)
 {
+    struct sbx_ctrl *c = atomic_load(&s->ctrl);
     struct sbx_kube_stats ks;
     char *buf = NULL;
     size_t len = 0;
@@ -71,27 +95,12 @@ static char *metrics(struct sbx_status_server *s)
             "sandboxd_controller_api_throttled_total %llu\n"
             "# TYPE sandboxd_controller_api_errors_total counter\n"
             "sandboxd_controller_api_errors_total %llu\n"
-            "# TYPE sandboxd_controller_queue_depth gauge\n"
-            "sandboxd_controller_queue_depth %zu\n",
+            "# TYPE sandboxd_controller_leader gauge\n"
+            "sandboxd_controller_leader %d\n",
             (unsigned long long)ks.requests, (unsigned long long)ks.writes,
-            (unsigned long long)ks.throttled, (unsigned long long)ks.errors,
-            sbx_wq_len(s->ctrl->queue));
-    fprintf(f,
-            "# TYPE sandboxd_controller_claim_writes_total counter\n"
-            "sandboxd_controller_claim_writes_total %llu\n"
-            "# TYPE sandboxd_controller_claims_total counter\n"
-            "sandboxd_controller_claims_total{start=\"warm\"} %llu\n"
-            "sandboxd_controller_claims_total{start=\"cold\"} %llu\n",
-            (unsigned long long)atomic_load(&s->ctrl->claim_writes),
-            (unsigned long long)atomic_load(&s->ctrl->claims_warm),
-            (unsigned long long)atomic_load(&s->ctrl->claims_cold));
-    fprintf(f, "# TYPE sandboxd_controller_informer_lists_total counter\n");
-    informer_metrics(f, "sandboxes", s->ctrl->sandboxes);
-    informer_metrics(f, "pods", s->ctrl->pods);
-    informer_metrics(f, "services", s->ctrl->services);
-    informer_metrics(f, "sandboxtemplates", s->ctrl->templates);
-    informer_metrics(f, "sandboxwarmpools", s->ctrl->pools);
-    informer_metrics(f, "sandboxclaims", s->ctrl->claims);
+            (unsigned long long)ks.throttled, (unsigned long long)ks.errors, c ? 1 : 0);
+    if (c)
+        ctrl_metrics(f, c);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;
@@ -114,9 +123,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!strcmp(url, "/healthz"))
         return reply(conn, 200, "text/plain", strdup("ok\n"));
     if (!strcmp(url, "/readyz")) {
-        bool ok = sbx_ctrl_synced(s->ctrl);
+        struct sbx_ctrl *c = atomic_load(&s->ctrl);
+        bool ok = c && sbx_ctrl_synced(c);
         return reply(conn, ok ? 200 : 503, "text/plain",
-                     strdup(ok ? "ok\n" : "informers have not listed yet\n"));
+                     strdup(ok  ? "ok\n"
+                            : c ? "informers have not listed yet\n"
+                                : "not the leader\n"));
     }
     if (!strcmp(url, "/metrics") && (body = metrics(s)))
         return reply(conn, 200, "text/plain; version=0.0.4", body);
@@ -142,8 +154,8 @@ static int parse_addr(const char *addr, struct sockaddr_in *sa, struct sbx_error
     return 0;
 }
 
-int sbx_status_server_start(const char *addr, struct sbx_ctrl *ctrl, struct sbx_kube *kube,
-                            struct sbx_status_server **ret, struct sbx_error *err)
+int sbx_status_server_start(const char *addr, struct sbx_kube *kube, struct sbx_status_server **ret,
+                            struct sbx_error *err)
 {
     struct sbx_status_server *s;
     struct sockaddr_in sa;
@@ -153,7 +165,6 @@ int sbx_status_server_start(const char *addr, struct sbx_ctrl *ctrl, struct sbx_
         return r;
     if (!(s = calloc(1, sizeof(*s))))
         return sbx_error_set(err, ENOMEM, "status server");
-    s->ctrl = ctrl;
     s->kube = kube;
     s->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
                               on_request, s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
@@ -166,6 +177,11 @@ int sbx_status_server_start(const char *addr, struct sbx_ctrl *ctrl, struct sbx_
     s->port = info ? info->port : 0;
     *ret = s;
     return 0;
+}
+
+void sbx_status_server_set_ctrl(struct sbx_status_server *s, struct sbx_ctrl *ctrl)
+{
+    atomic_store(&s->ctrl, ctrl);
 }
 
 int sbx_status_server_port(struct sbx_status_server *s)

@@ -10,9 +10,11 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "http_status.h"
+#include "leader.h"
 #include "kube.h"
 #include "kubeconfig.h"
 #include "log.h"
@@ -37,6 +39,9 @@ static long long arg_workers = 8;
 static long long arg_kube_api_burst = 100;
 static double arg_kube_api_qps = 50;
 static double arg_refill_rate = 0;
+static bool arg_leader_elect = true;
+static const char *arg_leader_election_namespace;
+static const char *arg_leader_election_id = "sandboxd-controller";
 static long long arg_pool_batch = 300;
 static uint64_t arg_kube_api_timeout_ms = 30000;
 
@@ -71,6 +76,14 @@ static int opt_qps(const char *v, void *dst)
     if (errno || *end || end == v || q > 1e6)
         return -EINVAL;
     *(double *)dst = q;
+    return 0;
+}
+
+static int opt_bool(const char *v, void *dst)
+{
+    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
+        return -EINVAL;
+    *(bool *)dst = !strcmp(v, "true");
     return 0;
 }
 
@@ -121,6 +134,12 @@ static const struct option_def {
      "warm-pool sandboxes created per second, all pools together; <= 0 for no limit (0)"},
     {"sandbox-warm-pool-max-batch-size", opt_count, &arg_pool_batch,
      "most sandboxes a pool creates in one slow-start round (300)"},
+    {"leader-elect", opt_bool, &arg_leader_elect,
+     "run only while holding a coordination.k8s.io Lease (true)"},
+    {"leader-election-namespace", opt_string, &arg_leader_election_namespace,
+     "namespace of the Lease (the service account's, else sandboxd-system)"},
+    {"leader-election-id", opt_string, &arg_leader_election_id,
+     "name of the Lease (sandboxd-controller)"},
     {"cluster-domain", opt_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
     {"default-runtime-class", opt_string, &arg_default_runtime_class,
      "runtimeClassName of pods whose template names none (none)"},
@@ -189,18 +208,39 @@ static int load_config(struct sbx_kube_config *cfg, struct sbx_error *err)
     return sbx_kube_config_in_cluster(arg_service_account_dir, cfg, err);
 }
 
-/* Waits for SIGTERM or SIGINT, blocked (with SIGHUP) before any thread starts. */
-static int wait_signal(const sigset_t *set)
+/* Waits until the leader state reaches `until` (1: leading; -1: lost), returning it, or until
+ * SIGTERM or SIGINT (blocked with SIGHUP before any thread started), returning -signal. Without
+ * leader election, we lead from the start and never lose. */
+static int wait_for(const sigset_t *set, struct sbx_leader *leader, int until)
 {
-    int sig = 0;
+    struct timespec tick = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
 
-    while (sig != SIGTERM && sig != SIGINT) {
-        if (sigwait(set, &sig) != 0)
-            return -1;
+    for (;;) {
+        int state = leader ? sbx_leader_state(leader) : 1;
+        if (state == until || state < 0)
+            return state;
+        int sig = sigtimedwait(set, NULL, &tick);
+        if (sig == SIGTERM || sig == SIGINT)
+            return -sig;
         if (sig == SIGHUP)
             log_info("ignoring SIGHUP");
     }
-    return sig;
+}
+
+static int start_leader(struct sbx_kube *kube, struct sbx_leader **ret, struct sbx_error *err)
+{
+    char host[256] = "", id[300], suffix[9];
+    const char *ns = arg_leader_election_namespace;
+
+    if (!arg_leader_elect)
+        return 0;
+    if (!ns)
+        ns = sbx_kube_namespace(kube) ? sbx_kube_namespace(kube) : "sandboxd-system";
+    gethostname(host, sizeof(host) - 1);
+    sbx_random_suffix(suffix, 8);
+    snprintf(id, sizeof(id), "%s_%s", host, suffix);
+    struct sbx_leader_opts o = {.namespace = ns, .name = arg_leader_election_id, .identity = id};
+    return sbx_leader_start(kube, &o, ret, err);
 }
 
 int main(int argc, char **argv)
@@ -209,6 +249,7 @@ int main(int argc, char **argv)
     struct sbx_kube *kube = NULL;
     struct sbx_ctrl *ctrl = NULL;
     struct sbx_status_server *status = NULL;
+    struct sbx_leader *leader = NULL;
     struct sbx_error err = {0};
     sigset_t set;
     int r;
@@ -243,24 +284,40 @@ int main(int argc, char **argv)
                    .rest_port = (int)arg_rest_port},
     };
     if (load_config(&cfg, &err) < 0 || sbx_kube_new(&cfg, &kopts, &kube, &err) < 0 ||
-        sbx_ctrl_start(kube, &copts, &ctrl, &err) < 0 ||
-        sbx_status_server_start(arg_metrics_bind_address, ctrl, kube, &status, &err) < 0) {
+        sbx_status_server_start(arg_metrics_bind_address, kube, &status, &err) < 0 ||
+        start_leader(kube, &leader, &err) < 0) {
         log_error(0, "%s", err.msg);
-        sbx_ctrl_free(ctrl);
-        sbx_kube_config_release(&cfg);
-        sbx_kube_free(kube);
-        curl_global_cleanup();
-        return 1;
+        r = 1;
+        goto out;
     }
-    log_info("sandboxd-controller %s started (namespace %s, %lld workers, qps %g burst %lld, "
+    log_info("sandboxd-controller %s up (namespace %s, %lld workers, qps %g burst %lld, "
              "metrics on port %d)",
              SANDBOXD_VERSION, arg_namespace ? arg_namespace : "all", arg_workers, arg_kube_api_qps,
              arg_kube_api_burst, sbx_status_server_port(status));
-    r = wait_signal(&set);
-    log_info("received %s: stopping", r > 0 ? strsignal(r) : "an error");
-    sbx_status_server_stop(status);
+    /* A standby waits for the lease; a signal ends the wait. */
+    r = wait_for(&set, leader, 1);
+    if (r > 0) {
+        if (sbx_ctrl_start(kube, &copts, &ctrl, &err) < 0) {
+            log_error(0, "%s", err.msg);
+            r = 1;
+            goto out;
+        }
+        sbx_status_server_set_ctrl(status, ctrl);
+        log_info("reconciling");
+        r = wait_for(&set, leader, -1);
+    }
+    if (r < 0)
+        log_info("received %s: stopping", strsignal(-r));
+    else
+        log_error(0, "leadership lost: exiting");
+    r = r < 0 ? 0 : 1;
+out:
+    sbx_status_server_set_ctrl(status, NULL);
     sbx_ctrl_free(ctrl);
+    sbx_leader_free(leader); /* after the workers: hands the lease back */
+    sbx_status_server_stop(status);
+    sbx_kube_config_release(&cfg);
     sbx_kube_free(kube);
     curl_global_cleanup();
-    return 0;
+    return r;
 }

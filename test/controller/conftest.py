@@ -312,6 +312,8 @@ class Controller(Proc):
         argv = [controller_bin(), f"--namespace={namespace}",
                 f"--default-runtime-class={RUNTIME_CLASS}",
                 "--sandboxd-image=sandboxd-injector:test", "--metrics-bind-address=127.0.0.1:0",
+                # One Lease per test: replicas of one test contend, tests do not.
+                f"--leader-election-id=lease-{namespace}",
                 "--log-level=debug", *extra]
         env = dict(os.environ)
         env.pop("KUBECONFIG", None)

@@ -1,5 +1,5 @@
 """The controller as an API client: in-cluster configuration with a rotated token, a watch that
-survives an API server restart."""
+survives an API server restart and a 410 Gone, leader election between two replicas."""
 
 import shutil
 
@@ -11,7 +11,7 @@ def test_in_cluster_token_is_reread(cluster, namespace, start_controller, tmp_pa
     sa = tmp_path / "serviceaccount"
     sa.mkdir()
     shutil.copy(cluster.ca, sa / "ca.crt")
-    (sa / "namespace").write_text(namespace)
+    (sa / "namespace").write_text("sandboxd-system")  # where the controller's account lives
     (sa / "token").write_text("not-a-valid-token\n")
     ctrl = start_controller(in_cluster=sa)
     wait_until(lambda: "HTTP 401" in ctrl.log.read_text(errors="replace"), WAIT,
@@ -23,7 +23,10 @@ def test_in_cluster_token_is_reread(cluster, namespace, start_controller, tmp_pa
     wait_ready(cluster.admin, namespace, "rotated", "True", timeout=60)
 
 
-def test_watch_resumes_after_apiserver_restart(cluster, namespace, controller):
+def test_watch_resumes_after_apiserver_restart(cluster, namespace, start_controller):
+    # A leader that cannot renew its lease while the API server is down exits (as
+    # kube-controller-manager does); this case is about the watches.
+    controller = start_controller("--leader-elect=false")
     k = cluster.admin
     k.create(sandbox("before", namespace))
     wait_ready(k, namespace, "before", "True")
@@ -48,9 +51,10 @@ def test_health_ready_and_metrics(cluster, namespace, controller):
     assert controller.http("/nope")[0] == 404
 
 
-def test_410_gone_forces_a_relist(cluster, namespace, controller):
+def test_410_gone_forces_a_relist(cluster, namespace, start_controller):
     """A restarted API server's watch cache starts at the current revision: a watch resumed from
     an older resourceVersion is answered 410 Gone, and the informers list again."""
+    controller = start_controller("--leader-elect=false")
     k = cluster.admin
     k.create(sandbox("g1", namespace))
     wait_ready(k, namespace, "g1", "True")
@@ -64,3 +68,28 @@ def test_410_gone_forces_a_relist(cluster, namespace, controller):
     assert m['sandboxd_controller_informer_gone_total{resource="sandboxes"}'] >= 1
     k.create(sandbox("g2", namespace))
     wait_ready(k, namespace, "g2", "True", timeout=60)
+
+
+def test_two_replicas_one_leader(cluster, namespace, start_controller):
+    k = cluster.admin
+    a = start_controller(name="a")
+    b = start_controller(name="b")
+
+    def leaders():
+        got = [c for c in (a, b) if c.metrics()["sandboxd_controller_leader"] == 1]
+        return got if len(got) == 1 else None
+    leader = wait_until(leaders, WAIT, interval=0.2, what="exactly one leader")[0]
+    standby = b if leader is a else a
+    wait_until(lambda: leader.http("/readyz")[0] == 200, WAIT, what="the leader ready")
+    assert standby.http("/readyz") == (503, "not the leader\n")
+    k.create(sandbox("l1", namespace))
+    wait_ready(k, namespace, "l1", "True")
+    assert "created" not in standby.log.read_text(errors="replace")
+    lease = k.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/sandboxd-system/leases/lease-{namespace}")
+    assert lease["spec"]["holderIdentity"]
+
+    assert leader.stop() == 0  # hands the lease back on its way out
+    wait_until(lambda: standby.metrics()["sandboxd_controller_leader"] == 1, WAIT, interval=0.2,
+               what="the standby taking over")
+    k.create(sandbox("l2", namespace))
+    wait_ready(k, namespace, "l2", "True")
