@@ -208,7 +208,8 @@ static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sb
     int r = sbx_api_create(c->kube, path, want, err);
     if (r < 0)
         return r;
-    atomic_fetch_add(&c->claims_cold, 1);
+    if (r == 1) /* not when it existed already (our cache lagged) */
+        atomic_fetch_add(&c->claims_cold, 1);
     return 0;
 }
 
@@ -235,6 +236,15 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         return sbx_error_set(err, ENOMEM, "status");
     if (json_array_size(json_object_get(sst, "podIPs")))
         json_object_set(json_object_get(want, "sandbox"), "podIPs", json_object_get(sst, "podIPs"));
+    /* The message alone changing is not worth a write: claims are many. */
+    json_t *oc = sbx_condition(claim, "Ready"),
+           *wc = json_array_get(json_object_get(want, "conditions"), 0);
+    if (oc && json_equal(json_object_get(old, "sandbox"), json_object_get(want, "sandbox")) &&
+        json_equal(json_object_get(oc, "status"), json_object_get(wc, "status")) &&
+        json_equal(json_object_get(oc, "reason"), json_object_get(wc, "reason")) &&
+        json_equal(json_object_get(oc, "observedGeneration"),
+                   json_object_get(wc, "observedGeneration")))
+        return 0;
     int r = sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
                                   "sandboxclaims", sbx_meta_str(claim, "name"), old, want, err);
     if (r > 0)
@@ -315,8 +325,6 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
     json_auto_t *tmpl = sbx_informer_get(c->templates, tkey);
     if (!tmpl)
         return sbx_error_set(err, ENOENT, "template \"%s\" not found", tkey);
-    if ((r = cold_start(c, claim, tmpl, err)) < 0)
-        return r;
-    return claim_status(c, claim, name, NULL, "False", "DependenciesNotReady",
-                        "the sandbox is starting", err);
+    /* Its status is written once the sandbox shows up in the cache (one write, not two). */
+    return cold_start(c, claim, tmpl, err);
 }
