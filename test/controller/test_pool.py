@@ -171,3 +171,18 @@ def test_claim_of_missing_pool(cluster, namespace, controller):
     wait_until(lambda: (condition(k.get(*CLAIM, namespace, "lost")) or {}).get("reason") == "WarmPoolNotFound",
                WAIT, what="claim reports the missing pool")
     assert controller.alive()
+
+
+def test_claim_lifecycle_expires_its_sandbox(cluster, namespace, controller):
+    from test_sandbox import soon
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 1)
+    wait_pool_ready(k, namespace, "p", 1)
+    claim(k, namespace, "short", "p", lifecycle={"shutdownTime": soon(4), "shutdownPolicy": "Retain"})
+    name = wait_claim_ready(k, namespace, "short")["status"]["sandbox"]["name"]
+    assert k.get(*SB, namespace, name)["spec"]["shutdownPolicy"] == "Retain"
+    wait_until(lambda: (condition(k.get(*CLAIM, namespace, "short")) or {}).get("reason") == "SandboxExpired",
+               WAIT, what="the claim's sandbox expired")
+    wait_until(lambda: k.find("v1", "Pod", namespace, name) is None, WAIT, what="its pod removed")
+    assert k.find(*SB, namespace, name), "Retain keeps the Sandbox"
