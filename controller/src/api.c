@@ -163,6 +163,22 @@ void sbx_random_suffix(char *buf, size_t n)
     buf[n] = '\0';
 }
 
+int sbx_parse_rfc3339(const char *s, time_t *ret)
+{
+    struct tm tm = {0};
+    const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+
+    if (!end)
+        return -EINVAL;
+    if (*end == '.')
+        for (end++; *end >= '0' && *end <= '9'; end++)
+            ;
+    if (strcmp(end, "Z") != 0)
+        return -EINVAL;
+    *ret = timegm(&tm);
+    return 0;
+}
+
 void sbx_now_rfc3339(char buf[32])
 {
     time_t t = time(NULL);

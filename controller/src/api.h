@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "error.h"
 #include "kube.h"
@@ -55,6 +56,9 @@ int sbx_api_update_status(struct sbx_kube *k, const char *api_version, const cha
 
 /* n random characters of [a-z0-9] and a NUL into buf (size n + 1). */
 void sbx_random_suffix(char *buf, size_t n);
+
+/* Parses an RFC 3339 UTC time ("2026-01-02T03:04:05Z", a fraction allowed). 0 or -EINVAL. */
+int sbx_parse_rfc3339(const char *s, time_t *ret);
 
 /* The current UTC time as RFC 3339 ("2026-01-02T03:04:05Z"). */
 void sbx_now_rfc3339(char buf[32]);

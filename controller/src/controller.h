@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "bucket.h"
 #include "error.h"
@@ -18,8 +19,10 @@ struct sbx_ctrl_opts {
     int workers;
     const char *cluster_domain;
     struct sbx_inject_opts inject;
-    double pool_refill_rate; /* warm-pool sandboxes created per second; <= 0 unlimited */
-    int pool_batch;          /* most sandboxes one pool creates in one reconcile */
+    double pool_refill_rate;  /* warm-pool sandboxes created per second; <= 0 unlimited */
+    int pool_batch;           /* most sandboxes one pool creates in one reconcile */
+    uint64_t pool_grace_ms;   /* a pool sandbox not Ready for this long is replaced... */
+    uint64_t pool_recheck_ms; /* ...unless unschedulable: then held, looked at again after this */
 };
 
 struct sbx_ctrl {

@@ -43,6 +43,8 @@ static bool arg_leader_elect = true;
 static const char *arg_leader_election_namespace;
 static const char *arg_leader_election_id = "sandboxd-controller";
 static long long arg_pool_batch = 300;
+static uint64_t arg_pool_grace_ms = 5 * 60 * 1000;
+static uint64_t arg_pool_recheck_ms = 60 * 1000;
 static uint64_t arg_kube_api_timeout_ms = 30000;
 
 static int opt_string(const char *v, void *dst)
@@ -140,6 +142,10 @@ static const struct option_def {
      "namespace of the Lease (the service account's, else sandboxd-system)"},
     {"leader-election-id", opt_string, &arg_leader_election_id,
      "name of the Lease (sandboxd-controller)"},
+    {"sandbox-warm-pool-readiness-grace-period", opt_duration, &arg_pool_grace_ms,
+     "a warm-pool sandbox not Ready for this long is replaced, unless unschedulable (5m)"},
+    {"sandbox-warm-pool-unschedulable-recheck-interval", opt_duration, &arg_pool_recheck_ms,
+     "how often a pool holding unschedulable sandboxes looks again (1m)"},
     {"cluster-domain", opt_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
     {"default-runtime-class", opt_string, &arg_default_runtime_class,
      "runtimeClassName of pods whose template names none (none)"},
@@ -277,6 +283,8 @@ int main(int argc, char **argv)
         .cluster_domain = arg_cluster_domain,
         .pool_refill_rate = arg_refill_rate,
         .pool_batch = (int)arg_pool_batch,
+        .pool_grace_ms = arg_pool_grace_ms,
+        .pool_recheck_ms = arg_pool_recheck_ms ? arg_pool_recheck_ms : 1000,
         .inject = {.image = arg_sandboxd_image,
                    .runtime_class = arg_default_runtime_class,
                    .probe = strcmp(arg_sandboxd_probe, "grpc") ? SBX_PROBE_HTTP : SBX_PROBE_GRPC,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api.h"
 #include "controller.h"
@@ -163,6 +164,60 @@ static int pool_status(struct sbx_ctrl *c, json_t *pool, int replicas, int ready
     return r < 0 ? r : 0;
 }
 
+static bool unschedulable(json_t *pod)
+{
+    json_t *cond = sbx_condition(pod, "PodScheduled");
+    const char *st = json_string_value(json_object_get(cond, "status"));
+    const char *reason = json_string_value(json_object_get(cond, "reason"));
+
+    return st && !strcmp(st, "False") && reason && !strcmp(reason, "Unschedulable");
+}
+
+/* Pool sandboxes not Ready after the grace period are replaced (deleted: the next round refills),
+ * except those whose Pod cannot be scheduled: a new one would fare no better, so they are held
+ * and looked at again later. Queues the pool for the next such deadline. */
+static int replace_stuck(struct sbx_ctrl *c, json_t *owned, const char *ns, const char *name,
+                         struct sbx_error *err)
+{
+    uint64_t next_ms = 0;
+    time_t now = time(NULL), created;
+    char path[700], key[600], qk[700];
+    json_t *sb;
+    size_t i;
+
+    json_array_foreach(owned, i, sb)
+    {
+        uint64_t wait_ms;
+        if (sbx_is_ready(sb) ||
+            sbx_parse_rfc3339(sbx_meta_str(sb, "creationTimestamp"), &created) < 0)
+            continue;
+        uint64_t age_ms = now > created ? (uint64_t)(now - created) * 1000 : 0;
+        snprintf(key, sizeof(key), "%s/%s", ns, sbx_meta_str(sb, "name"));
+        json_auto_t *pod = sbx_informer_get(c->pods, key);
+        if (age_ms < c->opts.pool_grace_ms) {
+            wait_ms = c->opts.pool_grace_ms - age_ms + 100;
+        } else if (unschedulable(pod)) {
+            log_info("pool \"%s/%s\": holding \"%s\": its pod is unschedulable", ns, name,
+                     sbx_meta_str(sb, "name"));
+            wait_ms = c->opts.pool_recheck_ms;
+        } else {
+            log_info("pool \"%s/%s\": replacing \"%s\": not ready after %llu s", ns, name,
+                     sbx_meta_str(sb, "name"), (unsigned long long)(age_ms / 1000));
+            snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION, ns,
+                     sbx_meta_str(sb, "name"));
+            int r = sbx_api_delete(c->kube, path, err);
+            if (r < 0)
+                return r;
+            continue;
+        }
+        if (!next_ms || wait_ms < next_ms)
+            next_ms = wait_ms;
+    }
+    if (next_ms && sbx_queue_key(qk, sizeof(qk), "pool", ns, name))
+        sbx_wq_add_after(c->queue, qk, next_ms);
+    return 0;
+}
+
 int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *pool = sbx_informer_get(c->pools, key);
@@ -205,6 +260,8 @@ int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *er
     } else if (!tmpl) {
         log_debug("pool \"%s\": template \"%s\" not found", key, tkey);
     }
+    if (r >= 0)
+        r = replace_stuck(c, cs.owned, ns, name, err);
     if (r >= 0)
         r = pool_status(c, pool, (int)json_array_size(cs.owned), cs.ready, err);
     json_decref(cs.owned);

@@ -19,23 +19,6 @@ struct ready {
     char message[256];
 };
 
-/* Parses an RFC 3339 UTC time ("2026-01-02T03:04:05Z", fraction allowed). */
-static int parse_time(const char *s, time_t *ret)
-{
-    struct tm tm = {0};
-    const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-
-    if (!end)
-        return -EINVAL;
-    if (*end == '.')
-        for (end++; *end >= '0' && *end <= '9'; end++)
-            ;
-    if (strcmp(end, "Z") != 0)
-        return -EINVAL;
-    *ret = timegm(&tm);
-    return 0;
-}
-
 /* Removes the Pod and Service of a sandbox that is gone, suspended or expired. */
 static int remove_children(struct sbx_ctrl *c, const char *key, const char *ns, const char *name,
                            json_t *sandbox, bool secret_too, struct sbx_error *err)
@@ -172,7 +155,7 @@ static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
         json_string_value(json_object_get(json_object_get(sb, "spec"), "shutdownTime"));
     time_t t, now = time(NULL);
 
-    if (!when || parse_time(when, &t) < 0)
+    if (!when || sbx_parse_rfc3339(when, &t) < 0)
         return 0;
     if (t <= now)
         return 1;

@@ -186,3 +186,29 @@ def test_claim_lifecycle_expires_its_sandbox(cluster, namespace, controller):
                WAIT, what="the claim's sandbox expired")
     wait_until(lambda: k.find("v1", "Pod", namespace, name) is None, WAIT, what="its pod removed")
     assert k.find(*SB, namespace, name), "Retain keeps the Sandbox"
+
+
+def test_never_ready_replaced_unschedulable_held(cluster, namespace, start_controller):
+    ctrl = start_controller("--sandbox-warm-pool-readiness-grace-period=2s",
+                            "--sandbox-warm-pool-unschedulable-recheck-interval=1s")
+    k = cluster.admin
+    spec = {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "inf"]}]}
+    for name, pod_meta, pod_spec in (
+            ("stuck", {"labels": {"sandboxd.test/never-ready": "true"}}, spec),
+            ("nowhere", {}, dict(spec, nodeSelector={"sandboxd.test/no-such-node": "x"}))):
+        k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": name, "namespace": namespace},
+                  "spec": {"podTemplate": {"metadata": pod_meta, "spec": pod_spec}}})
+        pool(k, namespace, name, 1, tpl=name)
+    first = {n: wait_until(lambda n=n: owned_by(k, namespace, "SandboxWarmPool", n), WAIT,
+                           what=f"pool {n} sandbox")[0]["metadata"]["name"] for n in ("stuck", "nowhere")}
+
+    # Never ready, though scheduled: replaced by a new one.
+    wait_until(lambda: [s for s in owned_by(k, namespace, "SandboxWarmPool", "stuck")
+                        if s["metadata"]["name"] != first["stuck"]], WAIT, what="a replacement")
+    wait_until(lambda: k.find(*SB, namespace, first["stuck"]) is None, WAIT, what="the stuck one deleted")
+    assert f'replacing "{first["stuck"]}"' in ctrl.log.read_text()
+
+    # Unschedulable: held past the grace period, not churned.
+    wait_until(lambda: f'holding "{first["nowhere"]}"' in ctrl.log.read_text(), WAIT,
+               what="the unschedulable one held")
+    assert [s["metadata"]["name"] for s in owned_by(k, namespace, "SandboxWarmPool", "nowhere")] == [first["nowhere"]]
