@@ -215,7 +215,7 @@ static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sb
 
 /* Writes the claim's status when it differs: the sandbox's name and IPs, Ready mirrored. */
 static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, json_t *sb,
-                        const char *status, const char *reason, const char *message,
+                        bool warm, const char *status, const char *reason, const char *message,
                         struct sbx_error *err)
 {
     json_t *old = json_object_get(claim, "status");
@@ -247,8 +247,12 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         return 0;
     int r = sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
                                   "sandboxclaims", sbx_meta_str(claim, "name"), old, want, err);
-    if (r > 0)
+    if (r > 0) {
+        char key[600];
         count_write(c);
+        if (!strcmp(status, "True") && sbx_object_key(claim, key, sizeof(key)))
+            sbx_ctrl_claim_ready(c, key, warm);
+    }
     return r < 0 ? r : 0;
 }
 
@@ -283,11 +287,12 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
         return 0;
     json_auto_t *mine = owned_sandbox(c, claim);
     if (mine)
-        return claim_status(c, claim, sbx_meta_str(mine, "name"), mine, NULL, NULL, NULL, err);
+        return claim_status(c, claim, sbx_meta_str(mine, "name"), mine, false, NULL, NULL, NULL,
+                            err);
     const char *bound = json_string_value(
         json_object_get(json_object_get(json_object_get(claim, "status"), "sandbox"), "name"));
     if (bound) /* ours, but the cache has not caught up yet (or it was deleted) */
-        return claim_status(c, claim, bound, NULL, "False", "SandboxNotFound",
+        return claim_status(c, claim, bound, NULL, false, "False", "SandboxNotFound",
                             "the claimed sandbox is not there (yet)", err);
 
     const char *pname = json_string_value(
@@ -295,7 +300,7 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
     snprintf(pkey, sizeof(pkey), "%s/%s", ns, pname ? pname : "");
     json_auto_t *pool = sbx_informer_get(c->pools, pkey);
     if (!pool) {
-        r = claim_status(c, claim, NULL, NULL, "False", "WarmPoolNotFound",
+        r = claim_status(c, claim, NULL, NULL, false, "False", "WarmPoolNotFound",
                          "spec.warmPoolRef names no SandboxWarmPool", err);
         return r < 0 ? r : sbx_error_set(err, ENOENT, "warm pool \"%s\" not found", pkey);
     }
@@ -315,7 +320,8 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
                 if (sbx_queue_key(qk, sizeof(qk), "pool", ns, pname))
                     sbx_wq_add(c->queue, qk);
                 atomic_fetch_add(&c->claims_warm, 1);
-                return claim_status(c, claim, sbx_meta_str(sb, "name"), sb, NULL, NULL, NULL, err);
+                return claim_status(c, claim, sbx_meta_str(sb, "name"), sb, true, NULL, NULL, NULL,
+                                    err);
             }
         }
     }

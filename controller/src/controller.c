@@ -62,8 +62,30 @@ static void on_pool(enum sbx_event ev, json_t *obj, void *arg)
 
 static void on_claim(enum sbx_event ev, json_t *obj, void *arg)
 {
-    (void)ev;
-    enqueue(arg, "claim", sbx_meta_str(obj, "namespace"), sbx_meta_str(obj, "name"));
+    struct sbx_ctrl *c = arg;
+    char key[600];
+
+    if (sbx_object_key(obj, key, sizeof(key))) {
+        pthread_mutex_lock(&c->mu);
+        if (ev == SBX_EVENT_DELETED)
+            json_object_del(c->claim_seen, key);
+        else if (!sbx_is_ready(obj) && !json_object_get(c->claim_seen, key))
+            json_object_set_new(c->claim_seen, key, json_integer((json_int_t)sbx_now_ns()));
+        pthread_mutex_unlock(&c->mu);
+    }
+    enqueue(c, "claim", sbx_meta_str(obj, "namespace"), sbx_meta_str(obj, "name"));
+}
+
+void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm)
+{
+    json_int_t seen;
+
+    pthread_mutex_lock(&c->mu);
+    seen = json_integer_value(json_object_get(c->claim_seen, key));
+    json_object_del(c->claim_seen, key);
+    pthread_mutex_unlock(&c->mu);
+    if (seen > 0)
+        sbx_histogram_observe(&c->claim_ready[warm], sbx_now_ns() - (uint64_t)seen);
 }
 
 /* A template changed: the pools of its namespace that use it reconcile. */
@@ -147,7 +169,8 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
     sbx_bucket_init(&c->refill, opts->pool_refill_rate, c->opts.pool_batch, sbx_now_ns());
     c->expected = json_object();
     c->taken = json_object();
-    if (!c->expected || !c->taken) {
+    c->claim_seen = json_object();
+    if (!c->expected || !c->taken || !c->claim_seen) {
         r = sbx_error_set(err, ENOMEM, "controller");
         goto fail;
     }
@@ -225,6 +248,7 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
     sbx_bucket_release(&c->refill);
     json_decref(c->expected);
     json_decref(c->taken);
+    json_decref(c->claim_seen);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "bucket.h"
+#include "histogram.h"
 #include "error.h"
 #include "informer.h"
 #include "kube.h"
@@ -34,7 +35,9 @@ struct sbx_ctrl {
     pthread_mutex_t mu;       /* guards the maps below */
     json_t *expected;         /* "ns/name" -> pool key: created, not yet in the cache */
     json_t *taken;            /* "ns/name" -> claim key: a warm sandbox being adopted */
+    json_t *claim_seen;       /* "ns/name" -> when the claim was first seen unready (ns) */
     atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
+    struct sbx_histogram claim_ready[2]; /* seen to Ready written: [0] cold, [1] warm */
 };
 
 /* Starts informers and workers. kube stays owned by the caller and must outlive the controller. */
@@ -56,6 +59,9 @@ json_t *sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name
  * owner is gone, and the garbage collector may not run. */
 int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char *kind,
                                  const char *name, struct sbx_error *err);
+
+/* A claim's status now says Ready: observes the time since it was first seen. */
+void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm);
 
 /* The reconcilers, called by the workers with "ns/name". */
 int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);

@@ -66,6 +66,11 @@ static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
             sbx_wq_len(c->queue), (unsigned long long)atomic_load(&c->claim_writes),
             (unsigned long long)atomic_load(&c->claims_warm),
             (unsigned long long)atomic_load(&c->claims_cold));
+    fprintf(f, "# TYPE sandboxd_controller_claim_ready_seconds histogram\n");
+    sbx_histogram_write(f, "sandboxd_controller_claim_ready_seconds", "start=\"warm\"",
+                        &c->claim_ready[1]);
+    sbx_histogram_write(f, "sandboxd_controller_claim_ready_seconds", "start=\"cold\"",
+                        &c->claim_ready[0]);
     fprintf(f, "# TYPE sandboxd_controller_informer_lists_total counter\n");
     informer_metrics(f, "sandboxes", c->sandboxes);
     informer_metrics(f, "pods", c->pods);
