@@ -318,7 +318,7 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
                 char qk[700];
                 /* The pool lost a sandbox: it refills (its events now reach the claim). */
                 if (sbx_queue_key(qk, sizeof(qk), "pool", ns, pname))
-                    sbx_wq_add(c->queue, qk);
+                    sbx_ctrl_enqueue(c, qk, 0);
                 atomic_fetch_add(&c->claims_warm, 1);
                 return claim_status(c, claim, sbx_meta_str(sb, "name"), sb, true, NULL, NULL, NULL,
                                     err);

@@ -8,12 +8,19 @@
 #include "api.h"
 #include "log.h"
 
+void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms)
+{
+    struct sbx_wq *q = strncmp(key, "claim:", 6) ? c->queue : c->claim_queue;
+
+    sbx_wq_add_after(q, key, delay_ms);
+}
+
 static void enqueue(struct sbx_ctrl *c, const char *kind, const char *ns, const char *name)
 {
     char key[700];
 
     if (name && sbx_queue_key(key, sizeof(key), kind, ns, name))
-        sbx_wq_add(c->queue, key);
+        sbx_ctrl_enqueue(c, key, 0);
 }
 
 /* A Pod or Service changed: its Sandbox reconciles. */
@@ -117,7 +124,7 @@ static int worker(const char *key, void *arg)
 
     /* Before the first lists, a missing object only means "not seen yet". */
     if (!sbx_ctrl_synced(c)) {
-        sbx_wq_add_after(c->queue, key, 100);
+        sbx_ctrl_enqueue(c, key, 100);
         return 0;
     }
     if (!colon)
@@ -174,7 +181,8 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
         r = sbx_error_set(err, ENOMEM, "controller");
         goto fail;
     }
-    if ((r = sbx_wq_new(&qo, &c->queue, err)) < 0)
+    if ((r = sbx_wq_new(&qo, &c->queue, err)) < 0 ||
+        (r = sbx_wq_new(&qo, &c->claim_queue, err)) < 0)
         goto fail;
     /* Children are cached only when they carry our label: the informers hold what we own. */
     if ((r = start_informer(c, "sandboxes", "/apis/" SBX_API_VERSION, "sandboxes", NULL, on_sandbox,
@@ -190,7 +198,9 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
         (r = start_informer(c, "sandboxclaims", "/apis/" SBX_EXT_API_VERSION, "sandboxclaims", NULL,
                             on_claim, &c->claims, err)) < 0)
         goto fail;
-    if ((r = sbx_wq_start(c->queue, opts->workers, worker, c, err)) < 0)
+    if ((r = sbx_wq_start(c->queue, opts->workers, worker, c, err)) < 0 ||
+        (r = sbx_wq_start(c->claim_queue, opts->claim_workers > 0 ? opts->claim_workers : 1, worker,
+                          c, err)) < 0)
         goto fail;
     *ret = c;
     return 0;
@@ -238,6 +248,8 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
         return;
     if (c->queue)
         sbx_wq_shutdown(c->queue);
+    if (c->claim_queue)
+        sbx_wq_shutdown(c->claim_queue);
     sbx_informer_free(c->sandboxes);
     sbx_informer_free(c->pods);
     sbx_informer_free(c->services);
@@ -245,6 +257,7 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
     sbx_informer_free(c->pools);
     sbx_informer_free(c->claims);
     sbx_wq_free(c->queue);
+    sbx_wq_free(c->claim_queue);
     sbx_bucket_release(&c->refill);
     json_decref(c->expected);
     json_decref(c->taken);

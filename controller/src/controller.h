@@ -17,7 +17,8 @@
 
 struct sbx_ctrl_opts {
     const char *namespace; /* NULL: every namespace */
-    int workers;
+    int workers;           /* Sandbox and pool reconciles at once */
+    int claim_workers;     /* claim reconciles at once, on a queue of their own */
     const char *cluster_domain;
     struct sbx_inject_opts inject;
     double pool_refill_rate;  /* warm-pool sandboxes created per second; <= 0 unlimited */
@@ -30,12 +31,13 @@ struct sbx_ctrl {
     struct sbx_kube *kube;
     struct sbx_ctrl_opts opts;
     struct sbx_informer *sandboxes, *pods, *services, *templates, *pools, *claims;
-    struct sbx_wq *queue;
-    struct sbx_bucket refill; /* paces warm-pool creations across pools */
-    pthread_mutex_t mu;       /* guards the maps below */
-    json_t *expected;         /* "ns/name" -> pool key: created, not yet in the cache */
-    json_t *taken;            /* "ns/name" -> claim key: a warm sandbox being adopted */
-    json_t *claim_seen;       /* "ns/name" -> when the claim was first seen unready (ns) */
+    struct sbx_wq *queue;       /* sandbox: and pool: keys */
+    struct sbx_wq *claim_queue; /* claim: keys: never stuck behind a refill */
+    struct sbx_bucket refill;   /* paces warm-pool creations across pools */
+    pthread_mutex_t mu;         /* guards the maps below */
+    json_t *expected;           /* "ns/name" -> pool key: created, not yet in the cache */
+    json_t *taken;              /* "ns/name" -> claim key: a warm sandbox being adopted */
+    json_t *claim_seen;         /* "ns/name" -> when the claim was first seen unready (ns) */
     atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
     struct sbx_histogram claim_ready[2]; /* seen to Ready written: [0] cold, [1] warm */
 };
@@ -59,6 +61,9 @@ json_t *sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name
  * owner is gone, and the garbage collector may not run. */
 int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char *kind,
                                  const char *name, struct sbx_error *err);
+
+/* Queues a "kind:ns/name" key on its queue, now or after delay_ms. */
+void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms);
 
 /* A claim's status now says Ready: observes the time since it was first seen. */
 void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm);

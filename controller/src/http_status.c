@@ -63,7 +63,8 @@ static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
             "# TYPE sandboxd_controller_claims_total counter\n"
             "sandboxd_controller_claims_total{start=\"warm\"} %llu\n"
             "sandboxd_controller_claims_total{start=\"cold\"} %llu\n",
-            sbx_wq_len(c->queue), (unsigned long long)atomic_load(&c->claim_writes),
+            sbx_wq_len(c->queue) + sbx_wq_len(c->claim_queue),
+            (unsigned long long)atomic_load(&c->claim_writes),
             (unsigned long long)atomic_load(&c->claims_warm),
             (unsigned long long)atomic_load(&c->claims_cold));
     fprintf(f, "# TYPE sandboxd_controller_claim_ready_seconds histogram\n");

@@ -36,6 +36,7 @@ static const char *arg_sandboxd_probe = "http";
 static long long arg_grpc_port = 9090;
 static long long arg_rest_port = 8080;
 static long long arg_workers = 8;
+static long long arg_claim_workers = 8;
 static long long arg_kube_api_burst = 100;
 static double arg_kube_api_qps = 50;
 static double arg_refill_rate = 0;
@@ -129,7 +130,8 @@ static const struct option_def {
     {"kube-api-burst", opt_count, &arg_kube_api_burst, "client-side burst (100)"},
     {"kube-api-timeout", opt_duration, &arg_kube_api_timeout_ms,
      "timeout of one non-watch request (30s)"},
-    {"sandbox-concurrent-workers", opt_count, &arg_workers, "Sandbox reconcile workers (8)"},
+    {"sandbox-concurrent-workers", opt_count, &arg_workers,
+     "Sandbox and warm-pool reconcile workers (8)"},
     {"metrics-bind-address", opt_string, &arg_metrics_bind_address,
      "address of /metrics, /healthz and /readyz (:8080); port 0 picks a free one"},
     {"sandbox-warm-pool-max-refill-rate", opt_qps, &arg_refill_rate,
@@ -146,6 +148,8 @@ static const struct option_def {
      "a warm-pool sandbox not Ready for this long is replaced, unless unschedulable (5m)"},
     {"sandbox-warm-pool-unschedulable-recheck-interval", opt_duration, &arg_pool_recheck_ms,
      "how often a pool holding unschedulable sandboxes looks again (1m)"},
+    {"sandbox-claim-concurrent-workers", opt_count, &arg_claim_workers,
+     "SandboxClaim reconcile workers, on a queue of their own (8)"},
     {"cluster-domain", opt_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
     {"default-runtime-class", opt_string, &arg_default_runtime_class,
      "runtimeClassName of pods whose template names none (none)"},
@@ -280,6 +284,7 @@ int main(int argc, char **argv)
     struct sbx_ctrl_opts copts = {
         .namespace = arg_namespace,
         .workers = (int)arg_workers,
+        .claim_workers = (int)arg_claim_workers,
         .cluster_domain = arg_cluster_domain,
         .pool_refill_rate = arg_refill_rate,
         .pool_batch = (int)arg_pool_batch,

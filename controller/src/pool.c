@@ -214,7 +214,7 @@ static int replace_stuck(struct sbx_ctrl *c, json_t *owned, const char *ns, cons
             next_ms = wait_ms;
     }
     if (next_ms && sbx_queue_key(qk, sizeof(qk), "pool", ns, name))
-        sbx_wq_add_after(c->queue, qk, next_ms);
+        sbx_ctrl_enqueue(c, qk, next_ms);
     return 0;
 }
 
@@ -253,7 +253,7 @@ int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *er
             uint64_t ms =
                 c->opts.pool_refill_rate > 0 ? (uint64_t)(1000 / c->opts.pool_refill_rate) + 1 : 1;
             if (sbx_queue_key(qk, sizeof(qk), "pool", ns, name))
-                sbx_wq_add_after(c->queue, qk, ms);
+                sbx_ctrl_enqueue(c, qk, ms);
         }
     } else if (have > want && cs.expected == 0) {
         r = shrink(c, cs.owned, have - want, err);

@@ -161,7 +161,7 @@ static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
         return 1;
     char qk[700];
     if (snprintf(qk, sizeof(qk), "sandbox:%s", key) < (int)sizeof(qk))
-        sbx_wq_add_after(c->queue, qk, (uint64_t)(t - now) * 1000 + 100);
+        sbx_ctrl_enqueue(c, qk, (uint64_t)(t - now) * 1000 + 100);
     return 0;
 }
 
