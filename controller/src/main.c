@@ -299,7 +299,7 @@ int main(int argc, char **argv)
     if (load_config(&cfg, &err) < 0 || sbx_kube_new(&cfg, &kopts, &kube, &err) < 0 ||
         sbx_status_server_start(arg_metrics_bind_address, kube, &status, &err) < 0 ||
         start_leader(kube, &leader, &err) < 0) {
-        log_error(0, "%s", err.msg);
+        log_error(err.code, "%s", err.msg);
         r = 1;
         goto out;
     }
@@ -311,7 +311,7 @@ int main(int argc, char **argv)
     r = wait_for(&set, leader, 1);
     if (r > 0) {
         if (sbx_ctrl_start(kube, &copts, &ctrl, &err) < 0) {
-            log_error(0, "%s", err.msg);
+            log_error(err.code, "%s", err.msg);
             r = 1;
             goto out;
         }
@@ -325,7 +325,8 @@ int main(int argc, char **argv)
         log_error(0, "leadership lost: exiting");
     r = r < 0 ? 0 : 1;
 out:
-    sbx_status_server_set_ctrl(status, NULL);
+    if (status)
+        sbx_status_server_set_ctrl(status, NULL);
     sbx_ctrl_free(ctrl);
     sbx_leader_free(leader); /* after the workers: hands the lease back */
     sbx_status_server_stop(status);

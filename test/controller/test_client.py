@@ -93,3 +93,18 @@ def test_two_replicas_one_leader(cluster, namespace, start_controller):
                what="the standby taking over")
     k.create(sandbox("l2", namespace))
     wait_ready(k, namespace, "l2", "True")
+
+
+def test_bad_start_up_says_why(tmp_path):
+    import subprocess
+    from conftest import controller_bin
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: missing\n")
+    for args, rc, words in (([f"--kubeconfig={tmp_path / 'absent'}"], 1, "No such file"),
+                            ([f"--kubeconfig={bad}"], 1, 'no context "missing"'),
+                            (["--kube-api-qps=fast"], 2, 'invalid value "fast" for --kube-api-qps'),
+                            (["--sandboxd-probe=tcp"], 2, "--sandboxd-probe")):
+        p = subprocess.run([controller_bin(), "--metrics-bind-address=127.0.0.1:0", *args],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == rc, (args, p.stderr)
+        assert words in p.stderr, (args, p.stderr)
