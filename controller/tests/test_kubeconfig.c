@@ -54,7 +54,8 @@ int main(void)
     free(out);
     ok(sbx_base64_decode("a$b=", &out, &len, &err) == -EINVAL, "bad base64 refused");
 
-    char dir[] = "/tmp/kubeconfig-test-XXXXXX", path[64];
+    /* In the working directory (CTest's build directory). */
+    char dir[] = "kubeconfig-test-XXXXXX", path[64];
     ok(mkdtemp(dir) != NULL, "temp dir");
     snprintf(path, sizeof(path), "%s/config", dir);
     FILE *f = fopen(path, "w");
