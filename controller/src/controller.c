@@ -105,6 +105,7 @@ static void on_template(enum sbx_event ev, json_t *obj, void *arg)
     size_t i;
 
     (void)ev;
+    enqueue(c, "template", ns, name);
     json_array_foreach(pools, i, p)
     {
         const char *ref = json_string_value(json_object_get(
@@ -135,6 +136,8 @@ static int worker(const char *key, void *arg)
         r = sbx_pool_reconcile(c, colon + 1, &err);
     else if (!strncmp(key, "claim:", 6))
         r = sbx_claim_reconcile(c, colon + 1, &err);
+    else if (!strncmp(key, "template:", 9))
+        r = sbx_template_reconcile(c, colon + 1, &err);
     else
         return 0;
     if (r < 0)

@@ -1,5 +1,6 @@
-/* The controller: informers on what it owns, one work queue of keys "kind:ns/name" (kinds
- * sandbox, pool, claim), a bounded pool of workers reconciling them. */
+/* The controller: informers on what it owns, work queues of keys "kind:ns/name" (kinds
+ * sandbox, pool, template; claim on a queue of its own), bounded pools of workers reconciling
+ * them. */
 #pragma once
 
 #include <pthread.h>
@@ -72,3 +73,4 @@ void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm);
 int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
 int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
 int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
+int sbx_template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);

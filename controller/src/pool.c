@@ -20,11 +20,26 @@ json_t *sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name
                                   json_t *labels)
 {
     json_t *tspec = json_object_get(tmpl, "spec");
-    json_t *spec = json_pack("{s:O}", "podTemplate", json_object_get(tspec, "podTemplate"));
+    json_t *pt = json_deep_copy(json_object_get(tspec, "podTemplate"));
+    json_t *spec = json_pack("{s:o}", "podTemplate", pt);
     json_t *service = json_object_get(tspec, "service");
+    char hash[9];
 
     if (!spec)
         return NULL;
+    /* The template's NetworkPolicy selects its pods by this label. */
+    json_t *md = json_object_get(pt, "metadata");
+    if (!json_is_object(md)) {
+        md = json_object();
+        json_object_set_new(pt, "metadata", md);
+    }
+    json_t *pl = json_object_get(md, "labels");
+    if (!json_is_object(pl)) {
+        pl = json_object();
+        json_object_set_new(md, "labels", pl);
+    }
+    sbx_name_hash(sbx_meta_str(tmpl, "name"), hash);
+    json_object_set_new(pl, SBX_LABEL_TEMPLATE, json_string(hash));
     if (json_is_boolean(service))
         json_object_set(spec, "service", service);
     return json_pack("{s:s, s:s, s:{s:s, s:s, s:O, s:[o]}, s:o}", "apiVersion", SBX_API_VERSION,

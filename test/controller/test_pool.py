@@ -5,6 +5,7 @@ beyond the pool start cold, and deleting claims and pools cleans up."""
 import re
 
 from conftest import wait_until
+from kube import ApiError
 from test_sandbox import SB, WAIT, condition
 
 EXT = "extensions.agents.x-k8s.io/v1beta1"
@@ -212,3 +213,36 @@ def test_never_ready_replaced_unschedulable_held(cluster, namespace, start_contr
     wait_until(lambda: f'holding "{first["nowhere"]}"' in ctrl.log.read_text(), WAIT,
                what="the unschedulable one held")
     assert [s["metadata"]["name"] for s in owned_by(k, namespace, "SandboxWarmPool", "nowhere")] == [first["nowhere"]]
+
+
+def test_template_network_policy(cluster, namespace, controller):
+    k = cluster.admin
+    rules = {"ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                          "ports": [{"port": 8080}]}],
+             "egress": []}
+    k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "fenced", "namespace": namespace},
+              "spec": {"networkPolicy": rules, "podTemplate": {"spec": {
+                  "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "inf"]}]}}}})
+    np_path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/fenced-network-policy"
+
+    def policy():
+        try:
+            return k.request("GET", np_path)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+    np = wait_until(policy, WAIT, what="the template's NetworkPolicy")
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert np["spec"]["ingress"][0]["ports"][0]["port"] == 8080
+    assert np["spec"].get("egress", []) == []
+    assert np["metadata"]["ownerReferences"][0]["kind"] == "SandboxTemplate"
+    (label, value), = np["spec"]["podSelector"]["matchLabels"].items()
+
+    pool(k, namespace, "fp", 1, tpl="fenced")
+    sb = wait_until(lambda: owned_by(k, namespace, "SandboxWarmPool", "fp"), WAIT, what="pool sandbox")[0]
+    pod = wait_until(lambda: k.find("v1", "Pod", namespace, sb["metadata"]["name"]), WAIT, what="its pod")
+    assert pod["metadata"]["labels"][label] == value, "the policy selects the pool's pods"
+
+    k.patch(*TEMPLATE, namespace, "fenced", {"spec": {"networkPolicyManagement": "Unmanaged"}})
+    wait_until(lambda: policy() is None, WAIT, what="the policy removed when Unmanaged")
