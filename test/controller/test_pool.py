@@ -100,8 +100,8 @@ def test_pool_fills_and_claim_adopts_warm(cluster, namespace, controller):
 
 
 def test_claims_beyond_the_pool_start_cold(cluster, namespace, start_controller):
-    # One new warm sandbox every 5 s: the claims below cannot all find a warm one.
-    ctrl = start_controller("--sandbox-warm-pool-max-refill-rate=0.2", "--sandbox-warm-pool-max-batch-size=1")
+    # One new warm sandbox every 20 s: the claims below cannot all find a warm one.
+    ctrl = start_controller("--sandbox-warm-pool-max-refill-rate=0.05", "--sandbox-warm-pool-max-batch-size=1")
     k = cluster.admin
     template(k, namespace)
     pool(k, namespace, "small", 1)
