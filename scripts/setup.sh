@@ -19,7 +19,7 @@ SCHEMATHESIS_VERSION=4.32.5
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
   libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
-  libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev
+  libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev libyaml-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
   tmux
@@ -90,4 +90,6 @@ install_schemathesis
 "$(dirname "$0")/../sdk/python/venv.sh" >/dev/null
 # The Go SDK's modules, fetched once.
 (cd "$(dirname "$0")/../sdk/go" && GOFLAGS=-buildvcs=false go mod download)
+# kube-apiserver, kube-scheduler, etcd and kwok for the controller's tests.
+bash "$(dirname "$0")/k8s-tools.sh"
 log "ready; tools in $SANDBOXD_TOOLS"

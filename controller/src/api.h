@@ -1,0 +1,70 @@
+/* Small helpers the reconcilers share: reading object fields, creating and deleting with the
+ * answers that count as done, the Ready condition. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "error.h"
+#include "kube.h"
+
+#define SBX_EXT_GROUP       "extensions.agents.x-k8s.io"
+#define SBX_EXT_API_VERSION "extensions.agents.x-k8s.io/v1beta1"
+#define SBX_LABEL_POOL      "agents.x-k8s.io/warm-pool-sandbox"
+#define SBX_LABEL_CLAIM     "agents.x-k8s.io/claim-uid"
+#define SBX_LABEL_TEMPLATE  "agents.x-k8s.io/sandbox-template-ref-hash"
+
+/* Splits "ns/name": copies ns into buf, points *name into key. Returns 0 or -EINVAL. */
+int sbx_split_key(const char *key, char *ns, size_t nssz, const char **name);
+
+/* "kind:ns/name" queue keys. Returns buf or NULL when it does not fit. */
+char *sbx_queue_key(char *buf, size_t size, const char *kind, const char *ns, const char *name);
+
+/* metadata.<field> as a string, or NULL. */
+const char *sbx_meta_str(json_t *obj, const char *field);
+
+/* The ownerReference of obj with controller: true, or NULL (borrowed). */
+json_t *sbx_controller_ref(json_t *obj);
+
+/* True when obj's controller reference has this kind (and uid, when uid is not NULL). */
+bool sbx_controlled_by(json_t *obj, const char *kind, const char *uid);
+
+/* The condition of obj's status with this type, or NULL (borrowed). */
+json_t *sbx_condition(json_t *obj, const char *type);
+
+/* True when obj's Ready condition is True. */
+bool sbx_is_ready(json_t *obj);
+
+/* POSTs obj to path. Returns 1 when created, 0 when it already existed (409), < 0 on failure
+ * (-EINVAL when the server refused it as invalid). */
+int sbx_api_create(struct sbx_kube *k, const char *path, json_t *obj, struct sbx_error *err);
+
+/* DELETEs path; returns 1 when deleted, 0 when it was not there. */
+int sbx_api_delete(struct sbx_kube *k, const char *path, struct sbx_error *err);
+
+/* Merge-patches path; returns the HTTP status (200, 404, 409...) or < 0. */
+long sbx_api_patch(struct sbx_kube *k, const char *path, json_t *patch, struct sbx_error *err);
+
+/* Brings the status of /apis/<api_version>/namespaces/<ns>/<plural>/<name> from old to want
+ * with one merge patch of its status subresource, fields gone from want set to null. Writes
+ * nothing when they are equal. A missing object (deleted meanwhile) counts as done. Returns 1
+ * when it wrote, 0 when there was nothing to write, < 0 on failure. */
+int sbx_api_update_status(struct sbx_kube *k, const char *api_version, const char *ns,
+                          const char *plural, const char *name, json_t *old, json_t *want,
+                          struct sbx_error *err);
+
+/* n random characters of [a-z0-9] and a NUL into buf (size n + 1). */
+void sbx_random_suffix(char *buf, size_t n);
+
+/* Parses an RFC 3339 UTC time ("2026-01-02T03:04:05Z", a fraction allowed). 0 or -EINVAL. */
+int sbx_parse_rfc3339(const char *s, time_t *ret);
+
+/* The current UTC time as RFC 3339 ("2026-01-02T03:04:05Z"). */
+void sbx_now_rfc3339(char buf[32]);
+
+/* A Ready condition; ltt_from is an object whose old Ready condition keeps its
+ * lastTransitionTime when the status is unchanged (may be NULL). A new reference. */
+json_t *sbx_ready_condition(const char *status, const char *reason, const char *message,
+                            json_t *ltt_from, json_t *generation);

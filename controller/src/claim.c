@@ -1,0 +1,336 @@
+/* Claims: a SandboxClaim gets a Sandbox of its warm pool's template. A ready warm sandbox is
+ * adopted with one optimistic-concurrency write (its controller reference moves from the pool to
+ * the claim, its labels change, the claim's lifecycle is copied, all in one merge patch carrying
+ * the resourceVersion it was chosen at), then the claim's status is written: two writes a claim.
+ * With no ready sandbox, or when the claim asks for env or pod metadata that a running pod
+ * cannot take, a Sandbox is created for it (a cold start). The choice among ready sandboxes
+ * spreads claims across nodes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "controller.h"
+#include "log.h"
+
+#define ADOPT_TRIES 3
+
+static json_t *claim_ref(json_t *claim)
+{
+    return json_pack("{s:s, s:s, s:s?, s:s?, s:b, s:b}", "apiVersion", SBX_EXT_API_VERSION, "kind",
+                     "SandboxClaim", "name", sbx_meta_str(claim, "name"), "uid",
+                     sbx_meta_str(claim, "uid"), "controller", 1, "blockOwnerDeletion", 1);
+}
+
+static void count_write(struct sbx_ctrl *c)
+{
+    atomic_fetch_add(&c->claim_writes, 1);
+}
+
+/* The lifecycle fields a claim hands its sandbox. */
+static json_t *lifecycle(json_t *claim)
+{
+    json_t *lc = json_object_get(json_object_get(claim, "spec"), "lifecycle");
+    const char *when = json_string_value(json_object_get(lc, "shutdownTime"));
+    const char *policy = json_string_value(json_object_get(lc, "shutdownPolicy"));
+    json_t *out = json_object();
+
+    if (when)
+        json_object_set_new(out, "shutdownTime", json_string(when));
+    if (when && policy)
+        json_object_set_new(out, "shutdownPolicy",
+                            json_string(!strcmp(policy, "Retain") ? "Retain" : "Delete"));
+    return out;
+}
+
+/* True when the claim needs its own pod: env or pod metadata only a new pod can take. */
+static bool needs_cold(json_t *claim)
+{
+    json_t *spec = json_object_get(claim, "spec");
+    json_t *md = json_object_get(spec, "additionalPodMetadata");
+
+    return json_array_size(json_object_get(spec, "env")) > 0 ||
+           json_object_size(json_object_get(md, "labels")) > 0 ||
+           json_object_size(json_object_get(md, "annotations")) > 0;
+}
+
+/* Picks a ready sandbox of the pool, on the node holding the fewest claimed sandboxes, and
+ * marks it taken. Returns a new reference or NULL. */
+static json_t *choose(struct sbx_ctrl *c, json_t *pool, const char *claim_key)
+{
+    json_auto_t *all = sbx_informer_list(c->sandboxes);
+    json_auto_t *per_node = json_object();
+    const char *uid = sbx_meta_str(pool, "uid"), *ns = sbx_meta_str(pool, "namespace");
+    json_t *sb, *best = NULL;
+    json_int_t best_load = 0;
+    size_t i;
+
+    json_array_foreach(all, i, sb)
+    {
+        const char *node =
+            json_string_value(json_object_get(json_object_get(sb, "status"), "nodeName"));
+        if (node && sbx_controlled_by(sb, "SandboxClaim", NULL)) {
+            json_int_t n = json_integer_value(json_object_get(per_node, node));
+            json_object_set_new(per_node, node, json_integer(n + 1));
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    json_array_foreach(all, i, sb)
+    {
+        char k[600];
+        const char *sns = sbx_meta_str(sb, "namespace");
+        if (!sns || strcmp(sns, ns) != 0 || !sbx_controlled_by(sb, "SandboxWarmPool", uid) ||
+            !sbx_is_ready(sb) ||
+            json_object_get(json_object_get(sb, "metadata"), "deletionTimestamp") ||
+            !sbx_object_key(sb, k, sizeof(k)) || json_object_get(c->taken, k))
+            continue;
+        const char *node =
+            json_string_value(json_object_get(json_object_get(sb, "status"), "nodeName"));
+        json_int_t load = node ? json_integer_value(json_object_get(per_node, node)) : 0;
+        if (!best || load < best_load) {
+            best = sb;
+            best_load = load;
+        }
+    }
+    if (best) {
+        char k[600];
+        sbx_object_key(best, k, sizeof(k));
+        json_object_set_new(c->taken, k, json_string(claim_key));
+        json_incref(best);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return best;
+}
+
+static void release(struct sbx_ctrl *c, json_t *sb)
+{
+    char k[600];
+
+    if (!sbx_object_key(sb, k, sizeof(k)))
+        return;
+    pthread_mutex_lock(&c->mu);
+    json_object_del(c->taken, k);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The one write that moves a warm sandbox to the claim. Returns 1 when adopted, 0 when someone
+ * else changed it first (409), < 0 on failure. */
+static int adopt(struct sbx_ctrl *c, json_t *claim, json_t *sb, struct sbx_error *err)
+{
+    char path[700];
+    json_auto_t *patch = json_pack(
+        "{s:{s:s?, s:[o], s:{s:n, s:s?}}, s:o}", "metadata", "resourceVersion",
+        sbx_meta_str(sb, "resourceVersion"), "ownerReferences", claim_ref(claim), "labels",
+        SBX_LABEL_POOL, SBX_LABEL_CLAIM, sbx_meta_str(claim, "uid"), "spec", lifecycle(claim));
+
+    if (!patch)
+        return sbx_error_set(err, ENOMEM, "patch");
+    if (json_object_size(json_object_get(patch, "spec")) == 0)
+        json_object_del(patch, "spec");
+    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION,
+             sbx_meta_str(sb, "namespace"), sbx_meta_str(sb, "name"));
+    count_write(c);
+    long st = sbx_api_patch(c->kube, path, patch, err);
+    if (st < 0)
+        return (int)st;
+    if (st == 409 || st == 404)
+        return 0;
+    if (st != 200)
+        return sbx_error_set(err, EIO, "PATCH %s: HTTP %ld", path, st);
+    log_info("claim \"%s/%s\" adopted warm sandbox \"%s\"", sbx_meta_str(claim, "namespace"),
+             sbx_meta_str(claim, "name"), sbx_meta_str(sb, "name"));
+    return 1;
+}
+
+/* Env of the claim into the template's containers (all, or the one named). */
+static void apply_env(json_t *sandbox, json_t *claim)
+{
+    json_t *containers = json_object_get(
+        json_object_get(json_object_get(json_object_get(sandbox, "spec"), "podTemplate"), "spec"),
+        "containers");
+    json_t *e, *ct;
+    size_t i, j;
+
+    json_array_foreach(json_object_get(json_object_get(claim, "spec"), "env"), i, e)
+    {
+        const char *only = json_string_value(json_object_get(e, "containerName"));
+        json_array_foreach(containers, j, ct)
+        {
+            const char *cn = json_string_value(json_object_get(ct, "name"));
+            if (only && (!cn || strcmp(cn, only) != 0))
+                continue;
+            json_t *env = json_object_get(ct, "env");
+            if (!json_is_array(env)) {
+                env = json_array();
+                json_object_set_new(ct, "env", env);
+            }
+            json_array_append_new(env, json_pack("{s:O, s:O}", "name", json_object_get(e, "name"),
+                                                 "value", json_object_get(e, "value")));
+        }
+    }
+}
+
+/* A Sandbox for this claim alone, named like it. */
+static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sbx_error *err)
+{
+    const char *ns = sbx_meta_str(claim, "namespace"), *name = sbx_meta_str(claim, "name");
+    json_t *md = json_object_get(json_object_get(claim, "spec"), "additionalPodMetadata");
+    json_auto_t *labels = json_pack("{s:s?}", SBX_LABEL_CLAIM, sbx_meta_str(claim, "uid"));
+    json_auto_t *want = sbx_sandbox_from_template(tmpl, ns, name, claim_ref(claim), labels);
+    char path[600];
+
+    if (!want)
+        return sbx_error_set(err, ENOMEM, "sandbox");
+    json_t *spec = json_object_get(want, "spec");
+    json_auto_t *lc = lifecycle(claim);
+    json_object_update(spec, lc);
+    json_t *pt = json_object_get(spec, "podTemplate");
+    json_t *pmd = json_object_get(pt, "metadata");
+    if (!json_is_object(pmd)) {
+        pmd = json_object();
+        json_object_set_new(pt, "metadata", pmd);
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *f = i ? "annotations" : "labels";
+        json_t *add = json_object_get(md, f), *have = json_object_get(pmd, f);
+        if (!json_is_object(add))
+            continue;
+        if (!json_is_object(have)) {
+            have = json_object();
+            json_object_set_new(pmd, f, have);
+        }
+        json_object_update(have, add);
+    }
+    apply_env(want, claim);
+    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION, ns);
+    count_write(c);
+    int r = sbx_api_create(c->kube, path, want, err);
+    if (r < 0)
+        return r;
+    if (r == 1) /* not when it existed already (our cache lagged) */
+        atomic_fetch_add(&c->claims_cold, 1);
+    return 0;
+}
+
+/* Writes the claim's status when it differs: the sandbox's name and IPs, Ready mirrored. */
+static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, json_t *sb,
+                        bool warm, const char *status, const char *reason, const char *message,
+                        struct sbx_error *err)
+{
+    json_t *old = json_object_get(claim, "status");
+    json_t *sst = json_object_get(sb, "status");
+
+    if (sb) {
+        json_t *rc = sbx_condition(sb, "Ready");
+        status = json_string_value(json_object_get(rc, "status")) ?: "False";
+        reason = json_string_value(json_object_get(rc, "reason")) ?: "DependenciesNotReady";
+        message = json_string_value(json_object_get(rc, "message")) ?: "";
+    }
+    json_auto_t *want = json_pack(
+        "{s:[o], s:{s:s?}}", "conditions",
+        sbx_ready_condition(status, reason, message, claim,
+                            json_object_get(json_object_get(claim, "metadata"), "generation")),
+        "sandbox", "name", sb_name);
+    if (!want)
+        return sbx_error_set(err, ENOMEM, "status");
+    if (json_array_size(json_object_get(sst, "podIPs")))
+        json_object_set(json_object_get(want, "sandbox"), "podIPs", json_object_get(sst, "podIPs"));
+    /* The message alone changing is not worth a write: claims are many. */
+    json_t *oc = sbx_condition(claim, "Ready"),
+           *wc = json_array_get(json_object_get(want, "conditions"), 0);
+    if (oc && json_equal(json_object_get(old, "sandbox"), json_object_get(want, "sandbox")) &&
+        json_equal(json_object_get(oc, "status"), json_object_get(wc, "status")) &&
+        json_equal(json_object_get(oc, "reason"), json_object_get(wc, "reason")) &&
+        json_equal(json_object_get(oc, "observedGeneration"),
+                   json_object_get(wc, "observedGeneration")))
+        return 0;
+    int r = sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
+                                  "sandboxclaims", sbx_meta_str(claim, "name"), old, want, err);
+    if (r > 0) {
+        char key[600];
+        count_write(c);
+        if (!strcmp(status, "True") && sbx_object_key(claim, key, sizeof(key)))
+            sbx_ctrl_claim_ready(c, key, warm);
+    }
+    return r < 0 ? r : 0;
+}
+
+/* The sandbox this claim controls, from the cache (a new reference), or NULL. */
+static json_t *owned_sandbox(struct sbx_ctrl *c, json_t *claim)
+{
+    json_auto_t *all = sbx_informer_list(c->sandboxes);
+    const char *uid = sbx_meta_str(claim, "uid");
+    json_t *sb;
+    size_t i;
+
+    json_array_foreach(all, i, sb)
+    {
+        if (sbx_controlled_by(sb, "SandboxClaim", uid))
+            return json_incref(sb);
+    }
+    return NULL;
+}
+
+int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
+{
+    json_auto_t *claim = sbx_informer_get(c->claims, key);
+    char ns[300], pkey[600], tkey[600];
+    const char *name;
+    int r;
+
+    if (sbx_split_key(key, ns, sizeof(ns), &name) < 0)
+        return sbx_error_set(err, EINVAL, "bad key");
+    if (!claim)
+        return sbx_ctrl_delete_sandboxes_of(c, ns, "SandboxClaim", name, err);
+    if (json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp"))
+        return 0;
+    json_auto_t *mine = owned_sandbox(c, claim);
+    if (mine)
+        return claim_status(c, claim, sbx_meta_str(mine, "name"), mine, false, NULL, NULL, NULL,
+                            err);
+    const char *bound = json_string_value(
+        json_object_get(json_object_get(json_object_get(claim, "status"), "sandbox"), "name"));
+    if (bound) /* ours, but the cache has not caught up yet (or it was deleted) */
+        return claim_status(c, claim, bound, NULL, false, "False", "SandboxNotFound",
+                            "the claimed sandbox is not there (yet)", err);
+
+    const char *pname = json_string_value(
+        json_object_get(json_object_get(json_object_get(claim, "spec"), "warmPoolRef"), "name"));
+    snprintf(pkey, sizeof(pkey), "%s/%s", ns, pname ? pname : "");
+    json_auto_t *pool = sbx_informer_get(c->pools, pkey);
+    if (!pool) {
+        r = claim_status(c, claim, NULL, NULL, false, "False", "WarmPoolNotFound",
+                         "spec.warmPoolRef names no SandboxWarmPool", err);
+        return r < 0 ? r : sbx_error_set(err, ENOENT, "warm pool \"%s\" not found", pkey);
+    }
+    if (!needs_cold(claim)) {
+        for (int i = 0; i < ADOPT_TRIES; i++) {
+            json_auto_t *sb = choose(c, pool, key);
+            if (!sb)
+                break;
+            r = adopt(c, claim, sb, err);
+            if (r < 0 || r == 0)
+                release(c, sb);
+            if (r < 0)
+                return r;
+            if (r == 1) {
+                char qk[700];
+                /* The pool lost a sandbox: it refills (its events now reach the claim). */
+                if (sbx_queue_key(qk, sizeof(qk), "pool", ns, pname))
+                    sbx_ctrl_enqueue(c, qk, 0);
+                atomic_fetch_add(&c->claims_warm, 1);
+                return claim_status(c, claim, sbx_meta_str(sb, "name"), sb, true, NULL, NULL, NULL,
+                                    err);
+            }
+        }
+    }
+    const char *tname = json_string_value(json_object_get(
+        json_object_get(json_object_get(pool, "spec"), "sandboxTemplateRef"), "name"));
+    snprintf(tkey, sizeof(tkey), "%s/%s", ns, tname ? tname : "");
+    json_auto_t *tmpl = sbx_informer_get(c->templates, tkey);
+    if (!tmpl)
+        return sbx_error_set(err, ENOENT, "template \"%s\" not found", tkey);
+    /* Its status is written once the sandbox shows up in the cache (one write, not two). */
+    return cold_start(c, claim, tmpl, err);
+}

@@ -1,0 +1,270 @@
+#include "controller.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "log.h"
+
+void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms)
+{
+    struct sbx_wq *q = strncmp(key, "claim:", 6) ? c->queue : c->claim_queue;
+
+    sbx_wq_add_after(q, key, delay_ms);
+}
+
+static void enqueue(struct sbx_ctrl *c, const char *kind, const char *ns, const char *name)
+{
+    char key[700];
+
+    if (name && sbx_queue_key(key, sizeof(key), kind, ns, name))
+        sbx_ctrl_enqueue(c, key, 0);
+}
+
+/* A Pod or Service changed: its Sandbox reconciles. */
+static void on_child(enum sbx_event ev, json_t *obj, void *arg)
+{
+    struct sbx_ctrl *c = arg;
+    json_t *ref = sbx_controller_ref(obj);
+    const char *kind = json_string_value(json_object_get(ref, "kind"));
+    const char *api = json_string_value(json_object_get(ref, "apiVersion"));
+
+    (void)ev;
+    if (kind && api && !strcmp(kind, "Sandbox") && !strcmp(api, SBX_API_VERSION))
+        enqueue(c, "sandbox", sbx_meta_str(obj, "namespace"),
+                json_string_value(json_object_get(ref, "name")));
+}
+
+/* A Sandbox changed: it reconciles, and so does the pool or claim that controls it. */
+static void on_sandbox(enum sbx_event ev, json_t *obj, void *arg)
+{
+    struct sbx_ctrl *c = arg;
+    const char *ns = sbx_meta_str(obj, "namespace");
+    json_t *ref = sbx_controller_ref(obj);
+    const char *kind = json_string_value(json_object_get(ref, "kind"));
+    const char *owner = json_string_value(json_object_get(ref, "name"));
+    char key[600];
+
+    enqueue(c, "sandbox", ns, sbx_meta_str(obj, "name"));
+    if (sbx_object_key(obj, key, sizeof(key))) {
+        pthread_mutex_lock(&c->mu);
+        json_object_del(c->expected, key); /* the cache has it now */
+        if (ev == SBX_EVENT_DELETED || !kind || strcmp(kind, "SandboxWarmPool") != 0)
+            json_object_del(c->taken, key);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (kind && !strcmp(kind, "SandboxWarmPool"))
+        enqueue(c, "pool", ns, owner);
+    else if (kind && !strcmp(kind, "SandboxClaim"))
+        enqueue(c, "claim", ns, owner);
+}
+
+static void on_pool(enum sbx_event ev, json_t *obj, void *arg)
+{
+    (void)ev;
+    enqueue(arg, "pool", sbx_meta_str(obj, "namespace"), sbx_meta_str(obj, "name"));
+}
+
+static void on_claim(enum sbx_event ev, json_t *obj, void *arg)
+{
+    struct sbx_ctrl *c = arg;
+    char key[600];
+
+    if (sbx_object_key(obj, key, sizeof(key))) {
+        pthread_mutex_lock(&c->mu);
+        if (ev == SBX_EVENT_DELETED)
+            json_object_del(c->claim_seen, key);
+        else if (!sbx_is_ready(obj) && !json_object_get(c->claim_seen, key))
+            json_object_set_new(c->claim_seen, key, json_integer((json_int_t)sbx_now_ns()));
+        pthread_mutex_unlock(&c->mu);
+    }
+    enqueue(c, "claim", sbx_meta_str(obj, "namespace"), sbx_meta_str(obj, "name"));
+}
+
+void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm)
+{
+    json_int_t seen;
+
+    pthread_mutex_lock(&c->mu);
+    seen = json_integer_value(json_object_get(c->claim_seen, key));
+    json_object_del(c->claim_seen, key);
+    pthread_mutex_unlock(&c->mu);
+    if (seen > 0)
+        sbx_histogram_observe(&c->claim_ready[warm], sbx_now_ns() - (uint64_t)seen);
+}
+
+/* A template changed: the pools of its namespace that use it reconcile. */
+static void on_template(enum sbx_event ev, json_t *obj, void *arg)
+{
+    struct sbx_ctrl *c = arg;
+    json_auto_t *pools = c->pools ? sbx_informer_list(c->pools) : NULL;
+    const char *ns = sbx_meta_str(obj, "namespace"), *name = sbx_meta_str(obj, "name");
+    json_t *p;
+    size_t i;
+
+    (void)ev;
+    enqueue(c, "template", ns, name);
+    json_array_foreach(pools, i, p)
+    {
+        const char *ref = json_string_value(json_object_get(
+            json_object_get(json_object_get(p, "spec"), "sandboxTemplateRef"), "name"));
+        const char *pns = sbx_meta_str(p, "namespace");
+        if (ref && name && !strcmp(ref, name) && pns && ns && !strcmp(pns, ns))
+            enqueue(c, "pool", pns, sbx_meta_str(p, "name"));
+    }
+}
+
+static int worker(const char *key, void *arg)
+{
+    struct sbx_ctrl *c = arg;
+    struct sbx_error err = {0};
+    const char *colon = strchr(key, ':');
+    int r;
+
+    /* Before the first lists, a missing object only means "not seen yet". */
+    if (!sbx_ctrl_synced(c)) {
+        sbx_ctrl_enqueue(c, key, 100);
+        return 0;
+    }
+    if (!colon)
+        return 0;
+    if (!strncmp(key, "sandbox:", 8))
+        r = sbx_sandbox_reconcile(c, colon + 1, &err);
+    else if (!strncmp(key, "pool:", 5))
+        r = sbx_pool_reconcile(c, colon + 1, &err);
+    else if (!strncmp(key, "claim:", 6))
+        r = sbx_claim_reconcile(c, colon + 1, &err);
+    else if (!strncmp(key, "template:", 9))
+        r = sbx_template_reconcile(c, colon + 1, &err);
+    else
+        return 0;
+    if (r < 0)
+        log_warn(0, "%s: %s", key, err.msg);
+    return r;
+}
+
+static int start_informer(struct sbx_ctrl *c, const char *name, const char *group_path,
+                          const char *resource, const char *selector, sbx_informer_fn fn,
+                          struct sbx_informer **ret, struct sbx_error *err)
+{
+    char path[512];
+
+    if (c->opts.namespace)
+        snprintf(path, sizeof(path), "%s/namespaces/%s/%s", group_path, c->opts.namespace,
+                 resource);
+    else
+        snprintf(path, sizeof(path), "%s/%s", group_path, resource);
+    struct sbx_informer_opts o = {
+        .name = name, .path = path, .label_selector = selector, .fn = fn, .arg = c};
+    return sbx_informer_start(c->kube, &o, ret, err);
+}
+
+int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, struct sbx_ctrl **ret,
+                   struct sbx_error *err)
+{
+    struct sbx_ctrl *c = calloc(1, sizeof(*c));
+    /* Retries back off from 5 ms to 30 s: an API server restart must not park keys for long. */
+    struct sbx_wq_opts qo = {.retry_base_ms = 5, .retry_max_ms = 30000};
+    int r;
+
+    if (!c)
+        return sbx_error_set(err, ENOMEM, "controller");
+    c->kube = kube;
+    c->opts = *opts;
+    if (c->opts.pool_batch < 1)
+        c->opts.pool_batch = 1;
+    pthread_mutex_init(&c->mu, NULL);
+    sbx_bucket_init(&c->refill, opts->pool_refill_rate, c->opts.pool_batch, sbx_now_ns());
+    c->expected = json_object();
+    c->taken = json_object();
+    c->claim_seen = json_object();
+    if (!c->expected || !c->taken || !c->claim_seen) {
+        r = sbx_error_set(err, ENOMEM, "controller");
+        goto fail;
+    }
+    if ((r = sbx_wq_new(&qo, &c->queue, err)) < 0 ||
+        (r = sbx_wq_new(&qo, &c->claim_queue, err)) < 0)
+        goto fail;
+    /* Children are cached only when they carry our label: the informers hold what we own. */
+    if ((r = start_informer(c, "sandboxes", "/apis/" SBX_API_VERSION, "sandboxes", NULL, on_sandbox,
+                            &c->sandboxes, err)) < 0 ||
+        (r = start_informer(c, "pods", "/api/v1", "pods", SBX_LABEL_MANAGED "=" SBX_MANAGER,
+                            on_child, &c->pods, err)) < 0 ||
+        (r = start_informer(c, "services", "/api/v1", "services", SBX_LABEL_MANAGED "=" SBX_MANAGER,
+                            on_child, &c->services, err)) < 0 ||
+        (r = start_informer(c, "sandboxwarmpools", "/apis/" SBX_EXT_API_VERSION, "sandboxwarmpools",
+                            NULL, on_pool, &c->pools, err)) < 0 ||
+        (r = start_informer(c, "sandboxtemplates", "/apis/" SBX_EXT_API_VERSION, "sandboxtemplates",
+                            NULL, on_template, &c->templates, err)) < 0 ||
+        (r = start_informer(c, "sandboxclaims", "/apis/" SBX_EXT_API_VERSION, "sandboxclaims", NULL,
+                            on_claim, &c->claims, err)) < 0)
+        goto fail;
+    if ((r = sbx_wq_start(c->queue, opts->workers, worker, c, err)) < 0 ||
+        (r = sbx_wq_start(c->claim_queue, opts->claim_workers > 0 ? opts->claim_workers : 1, worker,
+                          c, err)) < 0)
+        goto fail;
+    *ret = c;
+    return 0;
+fail:
+    sbx_ctrl_free(c);
+    return r;
+}
+
+int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char *kind,
+                                 const char *name, struct sbx_error *err)
+{
+    json_auto_t *all = sbx_informer_list(c->sandboxes);
+    char path[700];
+    json_t *sb;
+    size_t i;
+
+    json_array_foreach(all, i, sb)
+    {
+        json_t *ref = sbx_controller_ref(sb);
+        const char *k = json_string_value(json_object_get(ref, "kind"));
+        const char *n = json_string_value(json_object_get(ref, "name"));
+        const char *sns = sbx_meta_str(sb, "namespace");
+        if (!k || strcmp(k, kind) || !n || strcmp(n, name) || !sns || strcmp(sns, ns) ||
+            json_object_get(json_object_get(sb, "metadata"), "deletionTimestamp"))
+            continue;
+        snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION, ns,
+                 sbx_meta_str(sb, "name"));
+        int r = sbx_api_delete(c->kube, path, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+bool sbx_ctrl_synced(struct sbx_ctrl *c)
+{
+    return sbx_informer_synced(c->sandboxes) && sbx_informer_synced(c->pods) &&
+           sbx_informer_synced(c->services) && sbx_informer_synced(c->templates) &&
+           sbx_informer_synced(c->pools) && sbx_informer_synced(c->claims);
+}
+
+void sbx_ctrl_free(struct sbx_ctrl *c)
+{
+    if (!c)
+        return;
+    if (c->queue)
+        sbx_wq_shutdown(c->queue);
+    if (c->claim_queue)
+        sbx_wq_shutdown(c->claim_queue);
+    sbx_informer_free(c->sandboxes);
+    sbx_informer_free(c->pods);
+    sbx_informer_free(c->services);
+    sbx_informer_free(c->templates);
+    sbx_informer_free(c->pools);
+    sbx_informer_free(c->claims);
+    sbx_wq_free(c->queue);
+    sbx_wq_free(c->claim_queue);
+    sbx_bucket_release(&c->refill);
+    json_decref(c->expected);
+    json_decref(c->taken);
+    json_decref(c->claim_seen);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

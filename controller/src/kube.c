@@ -1,0 +1,438 @@
+#include "kube.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bucket.h"
+#include "cleanup.h"
+
+#define MAX_BODY        (64u << 20)
+#define MAX_TOKEN       (64u << 10)
+#define TOKEN_REREAD_NS (60ull * 1000000000u)
+
+struct sbx_kube {
+    struct sbx_kube_config cfg;
+    struct sbx_bucket bucket;
+    long timeout_ms;
+    char *user_agent;
+    pthread_mutex_t token_mu;
+    char *token; /* current bearer token (from cfg.token or cfg.token_file) */
+    uint64_t token_read_ns;
+    pthread_key_t handle_key; /* one reused easy handle per thread: one connection each */
+    atomic_uint_least64_t requests, writes, throttled, errors;
+};
+
+SBX_DEFINE_CLEANUP(CURL *, curl_easy_cleanup)
+SBX_DEFINE_CLEANUP(struct curl_slist *, curl_slist_free_all)
+
+static void handle_destroy(void *h)
+{
+    curl_easy_cleanup(h);
+}
+
+/* Re-reads the token file when forced or older than a minute. Keeps the old token when the file
+ * cannot be read (a rotation in progress). */
+static void token_refresh(struct sbx_kube *k, bool force)
+{
+    char *tok = NULL;
+    uint64_t now = sbx_now_ns();
+
+    if (!k->cfg.token_file)
+        return;
+    pthread_mutex_lock(&k->token_mu);
+    if (force || !k->token || now - k->token_read_ns > TOKEN_REREAD_NS) {
+        if (sbx_read_file(k->cfg.token_file, MAX_TOKEN, &tok, NULL, NULL) == 0) {
+            tok[strcspn(tok, "\r\n")] = '\0';
+            free(k->token);
+            k->token = tok;
+        }
+        k->token_read_ns = now;
+    }
+    pthread_mutex_unlock(&k->token_mu);
+}
+
+int sbx_kube_new(struct sbx_kube_config *cfg, const struct sbx_kube_opts *opts,
+                 struct sbx_kube **ret, struct sbx_error *err)
+{
+    struct sbx_kube *k = calloc(1, sizeof(*k));
+
+    if (!k)
+        return sbx_error_set(err, ENOMEM, "kube client");
+    k->cfg = *cfg;
+    *cfg = (struct sbx_kube_config){0};
+    k->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
+    k->user_agent = strdup(opts->user_agent ? opts->user_agent : "sandboxd-controller");
+    pthread_mutex_init(&k->token_mu, NULL);
+    sbx_bucket_init(&k->bucket, opts->qps, opts->burst, sbx_now_ns());
+    if (k->cfg.token)
+        k->token = strdup(k->cfg.token);
+    if (pthread_key_create(&k->handle_key, handle_destroy) != 0 || !k->user_agent) {
+        sbx_kube_free(k);
+        return sbx_error_set(err, ENOMEM, "kube client");
+    }
+    token_refresh(k, true);
+    if (k->cfg.token_file && !k->token) {
+        int r = sbx_error_set(err, EACCES, "cannot read token file '%s'", k->cfg.token_file);
+        sbx_kube_free(k);
+        return r;
+    }
+    *ret = k;
+    return 0;
+}
+
+void sbx_kube_free(struct sbx_kube *k)
+{
+    if (!k)
+        return;
+    CURL *h = pthread_getspecific(k->handle_key);
+    if (h) {
+        pthread_setspecific(k->handle_key, NULL);
+        curl_easy_cleanup(h);
+    }
+    pthread_key_delete(k->handle_key);
+    sbx_kube_config_release(&k->cfg);
+    sbx_bucket_release(&k->bucket);
+    pthread_mutex_destroy(&k->token_mu);
+    free(k->token);
+    free(k->user_agent);
+    free(k);
+}
+
+const char *sbx_kube_namespace(struct sbx_kube *k)
+{
+    return k->cfg.namespace;
+}
+
+void sbx_kube_stats(struct sbx_kube *k, struct sbx_kube_stats *ret)
+{
+    ret->requests = atomic_load(&k->requests);
+    ret->writes = atomic_load(&k->writes);
+    ret->throttled = atomic_load(&k->throttled);
+    ret->errors = atomic_load(&k->errors);
+}
+
+char *sbx_kube_escape(const char *s, char *buf, size_t size)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                     (*p >= '0' && *p <= '9') || strchr("-_.~", *p);
+        if (o + (plain ? 1 : 3) >= size)
+            return NULL;
+        if (plain) {
+            buf[o++] = (char)*p;
+        } else {
+            buf[o++] = '%';
+            buf[o++] = hex[*p >> 4];
+            buf[o++] = hex[*p & 15];
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* Sets TLS and the URL on h. */
+static int setup_handle(struct sbx_kube *k, CURL *h, const char *path, struct sbx_error *err)
+{
+    _cleanup_free_ char *url = NULL;
+    const struct sbx_kube_config *c = &k->cfg;
+
+    if (asprintf(&url, "%s%s", c->server, path) < 0)
+        return sbx_error_set(err, ENOMEM, "url");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, k->user_agent);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https,http");
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    if (c->insecure) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (c->ca_file)
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    if (c->ca_pem) {
+        struct curl_blob b = {c->ca_pem, c->ca_pem_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+    }
+    if (c->cert_file)
+        curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
+    if (c->key_file)
+        curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
+    if (c->cert_pem) {
+        struct curl_blob b = {c->cert_pem, c->cert_pem_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
+        curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+    }
+    if (c->key_pem) {
+        struct curl_blob b = {c->key_pem, c->key_pem_len, CURL_BLOB_COPY};
+        curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
+        curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    }
+    return 0;
+}
+
+/* Request headers: accept, content type, bearer token. */
+static struct curl_slist *headers(struct sbx_kube *k, const char *content_type)
+{
+    struct curl_slist *l = NULL, *n;
+    char ct[128];
+
+    n = curl_slist_append(l, "Accept: application/json");
+    if (!n)
+        return NULL;
+    l = n;
+    if (content_type) {
+        snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+        if (!(n = curl_slist_append(l, ct)))
+            goto fail;
+        l = n;
+    }
+    pthread_mutex_lock(&k->token_mu);
+    if (k->token) {
+        _cleanup_free_ char *auth = NULL;
+        if (asprintf(&auth, "Authorization: Bearer %s", k->token) < 0)
+            auth = NULL;
+        n = auth ? curl_slist_append(l, auth) : NULL;
+        pthread_mutex_unlock(&k->token_mu);
+        if (!n)
+            goto fail;
+        l = n;
+    } else {
+        pthread_mutex_unlock(&k->token_mu);
+    }
+    return l;
+fail:
+    curl_slist_free_all(l);
+    return NULL;
+}
+
+struct body_buf {
+    char *data;
+    size_t len, cap;
+    bool too_big;
+};
+
+static size_t collect(char *p, size_t size, size_t n, void *arg)
+{
+    struct body_buf *b = arg;
+    size_t len = size * n;
+
+    if (b->len + len > MAX_BODY) {
+        b->too_big = true;
+        return 0;
+    }
+    if (b->len + len + 1 > b->cap) {
+        size_t cap = (b->len + len + 1) * 2;
+        char *d = realloc(b->data, cap);
+        if (!d)
+            return 0;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return len;
+}
+
+static int curl_fail(CURLcode rc, const char *method, const char *path, struct sbx_error *err)
+{
+    int e = rc == CURLE_OPERATION_TIMEDOUT    ? ETIMEDOUT
+            : rc == CURLE_COULDNT_CONNECT     ? ECONNREFUSED
+            : rc == CURLE_OUT_OF_MEMORY       ? ENOMEM
+            : rc == CURLE_ABORTED_BY_CALLBACK ? ECANCELED
+                                              : EIO;
+    return sbx_error_set(err, e, "%s %s: %s", method, path, curl_easy_strerror(rc));
+}
+
+static CURL *thread_handle(struct sbx_kube *k)
+{
+    CURL *h = pthread_getspecific(k->handle_key);
+
+    if (h) {
+        curl_easy_reset(h);
+        return h;
+    }
+    h = curl_easy_init();
+    if (h && pthread_setspecific(k->handle_key, h) != 0) {
+        curl_easy_cleanup(h);
+        h = NULL;
+    }
+    return h;
+}
+
+static int request_once(struct sbx_kube *k, const char *method, const char *path,
+                        const char *payload, const char *content_type, long *ret_status,
+                        json_t **ret_body, struct sbx_error *err)
+{
+    _cleanup_(curl_slist_free_allp) struct curl_slist *hdr = NULL;
+    struct body_buf b = {0};
+    CURL *h = thread_handle(k);
+    CURLcode rc;
+    long status = 0;
+    int r;
+
+    if (!h)
+        return sbx_error_set(err, ENOMEM, "curl handle");
+    if ((r = setup_handle(k, h, path, err)) < 0)
+        return r;
+    hdr = headers(k, payload ? (content_type ? content_type : "application/json") : NULL);
+    if (!hdr)
+        return sbx_error_set(err, ENOMEM, "headers");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, k->timeout_ms);
+    if (payload) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(payload));
+    } else if (!strcmp(method, "GET")) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    }
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    sbx_bucket_wait(&k->bucket);
+    atomic_fetch_add(&k->requests, 1);
+    if (strcmp(method, "GET") != 0)
+        atomic_fetch_add(&k->writes, 1);
+    rc = curl_easy_perform(h);
+    if (rc != CURLE_OK) {
+        atomic_fetch_add(&k->errors, 1);
+        free(b.data);
+        if (b.too_big)
+            return sbx_error_set(err, EMSGSIZE, "%s %s: answer larger than %u bytes", method, path,
+                                 MAX_BODY);
+        return curl_fail(rc, method, path, err);
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 429)
+        atomic_fetch_add(&k->throttled, 1);
+    *ret_status = status;
+    if (ret_body)
+        *ret_body = b.data ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+    free(b.data);
+    return 0;
+}
+
+int sbx_kube_request(struct sbx_kube *k, const char *method, const char *path, json_t *body,
+                     const char *content_type, long *ret_status, json_t **ret_body,
+                     struct sbx_error *err)
+{
+    _cleanup_free_ char *payload = NULL;
+    int r;
+
+    if (ret_body)
+        *ret_body = NULL;
+    if (body && !(payload = json_dumps(body, JSON_COMPACT)))
+        return sbx_error_set(err, ENOMEM, "encode %s %s", method, path);
+    token_refresh(k, false);
+    r = request_once(k, method, path, payload, content_type, ret_status, ret_body, err);
+    if (r == 0 && *ret_status == 401 && k->cfg.token_file) {
+        if (ret_body) {
+            json_decref(*ret_body);
+            *ret_body = NULL;
+        }
+        token_refresh(k, true);
+        r = request_once(k, method, path, payload, content_type, ret_status, ret_body, err);
+    }
+    return r;
+}
+
+struct stream {
+    struct body_buf line;
+    size_t max_line;
+    sbx_kube_line_fn fn;
+    void *arg;
+    int fn_result;
+    const volatile int *stop;
+};
+
+static size_t stream_write(char *p, size_t size, size_t n, void *arg)
+{
+    struct stream *s = arg;
+    size_t len = size * n;
+
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != '\n') {
+            if (s->line.len >= s->max_line) {
+                s->fn_result = -EMSGSIZE;
+                return 0;
+            }
+            if (collect(p + i, 1, 1, &s->line) != 1) {
+                s->fn_result = -ENOMEM;
+                return 0;
+            }
+            continue;
+        }
+        if (s->line.len > 0) {
+            int r = s->fn(s->line.data, s->line.len, s->arg);
+            s->line.len = 0;
+            if (r < 0) {
+                s->fn_result = r;
+                return 0;
+            }
+        }
+    }
+    return len;
+}
+
+static int stream_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    struct stream *s = arg;
+
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return s->stop && *s->stop ? 1 : 0;
+}
+
+int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_kube_line_fn fn,
+                    void *arg, const volatile int *stop, long *ret_status, struct sbx_error *err)
+{
+    _cleanup_(curl_easy_cleanupp) CURL *h = curl_easy_init();
+    _cleanup_(curl_slist_free_allp) struct curl_slist *hdr = NULL;
+    struct stream s = {.max_line = max_line, .fn = fn, .arg = arg, .stop = stop};
+    CURLcode rc;
+    int r;
+
+    if (!h)
+        return sbx_error_set(err, ENOMEM, "curl handle");
+    if ((r = setup_handle(k, h, path, err)) < 0)
+        return r;
+    token_refresh(k, false);
+    if (!(hdr = headers(k, NULL)))
+        return sbx_error_set(err, ENOMEM, "headers");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, stream_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &s);
+    /* A dead peer: no byte for a minute ends the watch (the server sends bookmarks). */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 90L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    atomic_fetch_add(&k->requests, 1);
+    rc = curl_easy_perform(h);
+    /* An error answer is one JSON object, maybe without a newline. */
+    if (rc == CURLE_OK && s.fn_result == 0 && s.line.len > 0)
+        s.fn_result = fn(s.line.data, s.line.len, arg) < 0 ? -ECANCELED : 0;
+    free(s.line.data);
+    if (s.fn_result < 0)
+        return sbx_error_set(err, -s.fn_result, "watch %s", path);
+    if (rc != CURLE_OK) {
+        atomic_fetch_add(&k->errors, 1);
+        return curl_fail(rc, "watch", path, err);
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, ret_status);
+    if (*ret_status == 429)
+        atomic_fetch_add(&k->throttled, 1);
+    return 0;
+}

@@ -1,0 +1,54 @@
+/* A Kubernetes API client on libcurl: JSON requests with client-side QPS/burst, bearer tokens
+ * re-read from a rotating file, and streamed watches on connections of their own. */
+#pragma once
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "kubeconfig.h"
+
+struct sbx_kube;
+
+struct sbx_kube_opts {
+    double qps;      /* client-side requests per second; <= 0 for no limit */
+    int burst;       /* bucket capacity */
+    long timeout_ms; /* whole-request timeout of non-watch requests */
+    const char *user_agent;
+};
+
+/* Takes ownership of cfg's contents (cfg is zeroed). Call curl_global_init first. */
+int sbx_kube_new(struct sbx_kube_config *cfg, const struct sbx_kube_opts *opts,
+                 struct sbx_kube **ret, struct sbx_error *err);
+void sbx_kube_free(struct sbx_kube *k);
+
+/* One request. path starts with "/" and may carry a query. body may be NULL; content_type
+ * defaults to application/json. On any HTTP answer returns 0 with *ret_status and, when the body
+ * is JSON, *ret_body (a new reference, else NULL). Transport failures return -EIO, -ETIMEDOUT,
+ * -ECONNREFUSED. A 401 is retried once after re-reading a token file. */
+int sbx_kube_request(struct sbx_kube *k, const char *method, const char *path, json_t *body,
+                     const char *content_type, long *ret_status, json_t **ret_body,
+                     struct sbx_error *err);
+
+/* Called for each line of a streamed response; a negative return stops the stream and is
+ * returned by sbx_kube_stream. */
+typedef int (*sbx_kube_line_fn)(const char *line, size_t len, void *arg);
+
+/* A long GET (a watch): each newline-terminated line goes to fn. Runs on a connection of its
+ * own, outside the QPS limit (watches are long-lived, not bursts). Lines longer than max_line
+ * fail with -EMSGSIZE. `stop` is polled about once a second; when it reads non-zero the stream
+ * ends with -ECANCELED. Returns 0 when the server ends the stream, with *ret_status. */
+int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_kube_line_fn fn,
+                    void *arg, const volatile int *stop, long *ret_status, struct sbx_error *err);
+
+/* Counters by verb class and status, for metrics and tests. */
+struct sbx_kube_stats {
+    uint64_t requests, writes, throttled /* 429 */, errors /* transport */;
+};
+void sbx_kube_stats(struct sbx_kube *k, struct sbx_kube_stats *ret);
+
+/* The namespace of the in-cluster service account or kubeconfig context, or NULL. */
+const char *sbx_kube_namespace(struct sbx_kube *k);
+
+/* Percent-encodes s for a query value into buf; returns buf, or NULL when it does not fit. */
+char *sbx_kube_escape(const char *s, char *buf, size_t size);

@@ -1,0 +1,337 @@
+/* sandboxd-controller: parses flags, finds the API server, starts the controller, waits for a
+ * signal. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "cleanup.h"
+#include "controller.h"
+#include "http_status.h"
+#include "leader.h"
+#include "kube.h"
+#include "kubeconfig.h"
+#include "log.h"
+#include "parse.h"
+
+#ifndef SANDBOXD_VERSION
+#define SANDBOXD_VERSION "dev"
+#endif
+
+static const char *arg_kubeconfig;
+static const char *arg_context;
+static const char *arg_namespace;
+static const char *arg_service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+static const char *arg_cluster_domain = "cluster.local";
+static const char *arg_metrics_bind_address = ":8080";
+static const char *arg_default_runtime_class;
+static const char *arg_sandboxd_image = "ghcr.io/sandboxd/sandboxd-injector:latest";
+static const char *arg_sandboxd_probe = "http";
+static long long arg_grpc_port = 9090;
+static long long arg_rest_port = 8080;
+static long long arg_workers = 8;
+static long long arg_claim_workers = 8;
+static long long arg_kube_api_burst = 100;
+static double arg_kube_api_qps = 50;
+static double arg_refill_rate = 0;
+static bool arg_leader_elect = true;
+static const char *arg_leader_election_namespace;
+static const char *arg_leader_election_id = "sandboxd-controller";
+static long long arg_pool_batch = 300;
+static uint64_t arg_pool_grace_ms = 5 * 60 * 1000;
+static uint64_t arg_pool_recheck_ms = 60 * 1000;
+static uint64_t arg_kube_api_timeout_ms = 30000;
+
+static int opt_string(const char *v, void *dst)
+{
+    *(const char **)dst = v;
+    return 0;
+}
+
+static int opt_port(const char *v, void *dst)
+{
+    return sbx_parse_int(v, 1, 65535, dst);
+}
+
+static int opt_count(const char *v, void *dst)
+{
+    return sbx_parse_int(v, 1, 4096, dst);
+}
+
+static int opt_duration(const char *v, void *dst)
+{
+    return sbx_parse_duration_ms(v, dst);
+}
+
+static int opt_qps(const char *v, void *dst)
+{
+    char *end;
+    double q;
+
+    errno = 0;
+    q = strtod(v, &end);
+    if (errno || *end || end == v || q > 1e6)
+        return -EINVAL;
+    *(double *)dst = q;
+    return 0;
+}
+
+static int opt_bool(const char *v, void *dst)
+{
+    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
+        return -EINVAL;
+    *(bool *)dst = !strcmp(v, "true");
+    return 0;
+}
+
+static int opt_probe(const char *v, void *dst)
+{
+    if (strcmp(v, "http") != 0 && strcmp(v, "grpc") != 0)
+        return -EINVAL;
+    *(const char **)dst = v;
+    return 0;
+}
+
+static int opt_log_level(const char *v, void *dst)
+{
+    (void)dst;
+    return sbx_log_parse_level(v, &sbx_log_max_level);
+}
+
+static int opt_log_format(const char *v, void *dst)
+{
+    (void)dst;
+    if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0)
+        return -EINVAL;
+    sbx_log_json = strcmp(v, "json") == 0;
+    return 0;
+}
+
+static const struct option_def {
+    const char *name;
+    int (*parse)(const char *value, void *dst);
+    void *dst;
+    const char *help;
+} options[] = {
+    {"kubeconfig", opt_string, &arg_kubeconfig,
+     "kubeconfig file (else $KUBECONFIG, else the in-cluster service account)"},
+    {"context", opt_string, &arg_context, "kubeconfig context (its current one)"},
+    {"namespace", opt_string, &arg_namespace, "watch only this namespace (all)"},
+    {"service-account-dir", opt_string, &arg_service_account_dir,
+     "in-cluster token, ca.crt and namespace (/var/run/secrets/kubernetes.io/serviceaccount)"},
+    {"kube-api-qps", opt_qps, &arg_kube_api_qps,
+     "client-side requests per second, <= 0 for no limit (50)"},
+    {"kube-api-burst", opt_count, &arg_kube_api_burst, "client-side burst (100)"},
+    {"kube-api-timeout", opt_duration, &arg_kube_api_timeout_ms,
+     "timeout of one non-watch request (30s)"},
+    {"sandbox-concurrent-workers", opt_count, &arg_workers,
+     "Sandbox and warm-pool reconcile workers (8)"},
+    {"metrics-bind-address", opt_string, &arg_metrics_bind_address,
+     "address of /metrics, /healthz and /readyz (:8080); port 0 picks a free one"},
+    {"sandbox-warm-pool-max-refill-rate", opt_qps, &arg_refill_rate,
+     "warm-pool sandboxes created per second, all pools together; <= 0 for no limit (0)"},
+    {"sandbox-warm-pool-max-batch-size", opt_count, &arg_pool_batch,
+     "most sandboxes a pool creates in one slow-start round (300)"},
+    {"leader-elect", opt_bool, &arg_leader_elect,
+     "run only while holding a coordination.k8s.io Lease (true)"},
+    {"leader-election-namespace", opt_string, &arg_leader_election_namespace,
+     "namespace of the Lease (the service account's, else sandboxd-system)"},
+    {"leader-election-id", opt_string, &arg_leader_election_id,
+     "name of the Lease (sandboxd-controller)"},
+    {"sandbox-warm-pool-readiness-grace-period", opt_duration, &arg_pool_grace_ms,
+     "a warm-pool sandbox not Ready for this long is replaced, unless unschedulable (5m)"},
+    {"sandbox-warm-pool-unschedulable-recheck-interval", opt_duration, &arg_pool_recheck_ms,
+     "how often a pool holding unschedulable sandboxes looks again (1m)"},
+    {"sandbox-claim-concurrent-workers", opt_count, &arg_claim_workers,
+     "SandboxClaim reconcile workers, on a queue of their own (8)"},
+    {"cluster-domain", opt_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
+    {"default-runtime-class", opt_string, &arg_default_runtime_class,
+     "runtimeClassName of pods whose template names none (none)"},
+    {"sandboxd-image", opt_string, &arg_sandboxd_image,
+     "injector image; its entrypoint copies sandboxd to the path given as its argument"},
+    {"sandboxd-probe", opt_probe, &arg_sandboxd_probe,
+     "readiness and liveness probes: http (/readyz, /healthz) or grpc (http)"},
+    {"sandboxd-grpc-port", opt_port, &arg_grpc_port, "sandboxd's gRPC port (9090)"},
+    {"sandboxd-rest-port", opt_port, &arg_rest_port, "sandboxd's REST port (8080)"},
+    {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
+    {"log-format", opt_log_format, NULL, "text or json (text)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sandboxd-controller [flags]\n\nflags (--name value or --name=value):\n");
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
+        fprintf(f, "  --%-28s %s\n", options[i].name, options[i].help);
+    fprintf(f, "  --%-28s %s\n  --%-28s %s\n", "version", "print the version", "help",
+            "print this help");
+}
+
+/* Returns 0 to run, 1 to exit successfully (--version, --help), -1 on bad usage. */
+static int parse_args(int argc, char **argv)
+{
+    struct option longopts[SBX_ARRAY_SIZE(options) + 3];
+    int c, idx;
+
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
+        longopts[i] = (struct option){options[i].name, required_argument, NULL, (int)i};
+    longopts[SBX_ARRAY_SIZE(options)] = (struct option){"version", no_argument, NULL, 'V'};
+    longopts[SBX_ARRAY_SIZE(options) + 1] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[SBX_ARRAY_SIZE(options) + 2] = (struct option){0};
+    while ((c = getopt_long_only(argc, argv, "", longopts, &idx)) != -1) {
+        if (c == 'V') {
+            printf("sandboxd-controller %s\n", SANDBOXD_VERSION);
+            return 1;
+        }
+        if (c == 'h') {
+            usage(stdout);
+            return 1;
+        }
+        if (c < 0 || (size_t)c >= SBX_ARRAY_SIZE(options)) {
+            usage(stderr);
+            return -1;
+        }
+        if (options[c].parse(optarg, options[c].dst) < 0) {
+            fprintf(stderr, "sandboxd-controller: invalid value \"%s\" for --%s\n", optarg,
+                    options[c].name);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sandboxd-controller: unexpected argument \"%s\"\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_config(struct sbx_kube_config *cfg, struct sbx_error *err)
+{
+    const char *path = arg_kubeconfig ? arg_kubeconfig : getenv("KUBECONFIG");
+
+    if (path && *path)
+        return sbx_kube_config_load(path, arg_context, cfg, err);
+    return sbx_kube_config_in_cluster(arg_service_account_dir, cfg, err);
+}
+
+/* Waits until the leader state reaches `until` (1: leading; -1: lost), returning it, or until
+ * SIGTERM or SIGINT (blocked with SIGHUP before any thread started), returning -signal. Without
+ * leader election, we lead from the start and never lose. */
+static int wait_for(const sigset_t *set, struct sbx_leader *leader, int until)
+{
+    struct timespec tick = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+
+    for (;;) {
+        int state = leader ? sbx_leader_state(leader) : 1;
+        if (state == until || state < 0)
+            return state;
+        int sig = sigtimedwait(set, NULL, &tick);
+        if (sig == SIGTERM || sig == SIGINT)
+            return -sig;
+        if (sig == SIGHUP)
+            log_info("ignoring SIGHUP");
+    }
+}
+
+static int start_leader(struct sbx_kube *kube, struct sbx_leader **ret, struct sbx_error *err)
+{
+    char host[256] = "", id[300], suffix[9];
+    const char *ns = arg_leader_election_namespace;
+
+    if (!arg_leader_elect)
+        return 0;
+    if (!ns)
+        ns = sbx_kube_namespace(kube) ? sbx_kube_namespace(kube) : "sandboxd-system";
+    gethostname(host, sizeof(host) - 1);
+    sbx_random_suffix(suffix, 8);
+    snprintf(id, sizeof(id), "%s_%s", host, suffix);
+    struct sbx_leader_opts o = {.namespace = ns, .name = arg_leader_election_id, .identity = id};
+    return sbx_leader_start(kube, &o, ret, err);
+}
+
+int main(int argc, char **argv)
+{
+    struct sbx_kube_config cfg = {0};
+    struct sbx_kube *kube = NULL;
+    struct sbx_ctrl *ctrl = NULL;
+    struct sbx_status_server *status = NULL;
+    struct sbx_leader *leader = NULL;
+    struct sbx_error err = {0};
+    sigset_t set;
+    int r;
+
+    r = parse_args(argc, argv);
+    if (r != 0)
+        return r > 0 ? 0 : 2;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        log_error(0, "curl_global_init failed");
+        return 1;
+    }
+    struct sbx_kube_opts kopts = {.qps = arg_kube_api_qps,
+                                  .burst = (int)arg_kube_api_burst,
+                                  .timeout_ms = (long)arg_kube_api_timeout_ms,
+                                  .user_agent = "sandboxd-controller/" SANDBOXD_VERSION};
+    struct sbx_ctrl_opts copts = {
+        .namespace = arg_namespace,
+        .workers = (int)arg_workers,
+        .claim_workers = (int)arg_claim_workers,
+        .cluster_domain = arg_cluster_domain,
+        .pool_refill_rate = arg_refill_rate,
+        .pool_batch = (int)arg_pool_batch,
+        .pool_grace_ms = arg_pool_grace_ms,
+        .pool_recheck_ms = arg_pool_recheck_ms ? arg_pool_recheck_ms : 1000,
+        .inject = {.image = arg_sandboxd_image,
+                   .runtime_class = arg_default_runtime_class,
+                   .probe = strcmp(arg_sandboxd_probe, "grpc") ? SBX_PROBE_HTTP : SBX_PROBE_GRPC,
+                   .grpc_port = (int)arg_grpc_port,
+                   .rest_port = (int)arg_rest_port},
+    };
+    if (load_config(&cfg, &err) < 0 || sbx_kube_new(&cfg, &kopts, &kube, &err) < 0 ||
+        sbx_status_server_start(arg_metrics_bind_address, kube, &status, &err) < 0 ||
+        start_leader(kube, &leader, &err) < 0) {
+        log_error(err.code, "%s", err.msg);
+        r = 1;
+        goto out;
+    }
+    log_info("sandboxd-controller %s up (namespace %s, %lld workers, qps %g burst %lld, "
+             "metrics on port %d)",
+             SANDBOXD_VERSION, arg_namespace ? arg_namespace : "all", arg_workers, arg_kube_api_qps,
+             arg_kube_api_burst, sbx_status_server_port(status));
+    /* A standby waits for the lease; a signal ends the wait. */
+    r = wait_for(&set, leader, 1);
+    if (r > 0) {
+        if (sbx_ctrl_start(kube, &copts, &ctrl, &err) < 0) {
+            log_error(err.code, "%s", err.msg);
+            r = 1;
+            goto out;
+        }
+        sbx_status_server_set_ctrl(status, ctrl);
+        log_info("reconciling");
+        r = wait_for(&set, leader, -1);
+    }
+    if (r < 0)
+        log_info("received %s: stopping", strsignal(-r));
+    else
+        log_error(0, "leadership lost: exiting");
+    r = r < 0 ? 0 : 1;
+out:
+    if (status)
+        sbx_status_server_set_ctrl(status, NULL);
+    sbx_ctrl_free(ctrl);
+    sbx_leader_free(leader); /* after the workers: hands the lease back */
+    sbx_status_server_stop(status);
+    sbx_kube_config_release(&cfg);
+    sbx_kube_free(kube);
+    curl_global_cleanup();
+    return r;
+}

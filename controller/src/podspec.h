@@ -1,0 +1,50 @@
+/* What a Sandbox becomes: its Pod with sandboxd injected, its token Secret and its headless
+ * Service, as JSON objects ready to POST. Pure functions of the Sandbox and the options: no API
+ * calls, no clock. */
+#pragma once
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define SBX_GROUP         "agents.x-k8s.io"
+#define SBX_API_VERSION   "agents.x-k8s.io/v1beta1"
+#define SBX_LABEL_HASH    "agents.x-k8s.io/sandbox-name-hash"
+#define SBX_LABEL_MANAGED "app.kubernetes.io/managed-by"
+#define SBX_MANAGER       "sandboxd-controller"
+#define SBX_BIN_VOLUME    "sandboxd-bin"
+#define SBX_BIN_DIR       "/.sandboxd"
+#define SBX_TOKEN_VOLUME  "sandboxd-token"
+#define SBX_TOKEN_DIR     "/var/run/sandboxd"
+#define SBX_TOKEN_KEY     "token"
+#define SBX_INJECTOR_NAME "sandboxd-injector"
+
+enum sbx_probe { SBX_PROBE_HTTP, SBX_PROBE_GRPC };
+
+struct sbx_inject_opts {
+    const char *image;         /* injector image: its entrypoint copies sandboxd to argv[1] */
+    const char *runtime_class; /* used when the template names none; NULL for none */
+    enum sbx_probe probe;
+    int grpc_port, rest_port;
+};
+
+/* The value of the SBX_LABEL_HASH label for a sandbox name (8 hex digits, FNV-1a). */
+void sbx_name_hash(const char *name, char buf[9]);
+
+/* The name of the token Secret of sandbox `name` into buf (NULL when it does not fit). */
+char *sbx_token_secret_name(const char *name, char *buf, size_t size);
+
+/* An ownerReference (controller) to the sandbox. */
+json_t *sbx_owner_ref(json_t *sandbox);
+
+/* The Pod of sandbox. Fails with -EINVAL and a message naming the field when the template cannot
+ * take the injection (no containers, a volume or port name we need already taken). */
+int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **ret,
+                    struct sbx_error *err);
+
+/* The token Secret: stringData.token = token. */
+json_t *sbx_sandbox_secret(json_t *sandbox, const char *token);
+
+/* The headless Service selecting the sandbox's Pod. */
+json_t *sbx_sandbox_service(json_t *sandbox, const struct sbx_inject_opts *o);

@@ -1,0 +1,230 @@
+/* Reconciling one Sandbox: its token Secret, Pod and Service exist while it runs, are gone
+ * while it is suspended or expired, and its status mirrors the Pod. Reads come from the
+ * informers' caches; writes are skipped when nothing would change. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "api.h"
+#include "cleanup.h"
+#include "controller.h"
+#include "log.h"
+
+struct ready {
+    const char *status, *reason;
+    char message[256];
+};
+
+/* Removes the Pod and Service of a sandbox that is gone, suspended or expired. */
+static int remove_children(struct sbx_ctrl *c, const char *key, const char *ns, const char *name,
+                           json_t *sandbox, bool secret_too, struct sbx_error *err)
+{
+    char path[700], secret[300];
+    json_auto_t *pod = sbx_informer_get(c->pods, key);
+    json_auto_t *svc = sbx_informer_get(c->services, key);
+    int r;
+
+    if (pod && (!sandbox || sbx_controlled_by(pod, "Sandbox", sbx_meta_str(sandbox, "uid"))) &&
+        !json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp")) {
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+        if ((r = sbx_api_delete(c->kube, path, err)) < 0)
+            return r;
+    }
+    if (svc && (!sandbox || sbx_controlled_by(svc, "Sandbox", sbx_meta_str(sandbox, "uid")))) {
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services/%s", ns, name);
+        if ((r = sbx_api_delete(c->kube, path, err)) < 0)
+            return r;
+    }
+    if (secret_too && (pod || svc) && sbx_token_secret_name(name, secret, sizeof(secret))) {
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets/%s", ns, secret);
+        if ((r = sbx_api_delete(c->kube, path, err)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *svc, const char *ns,
+                          struct sbx_error *err)
+{
+    char path[700];
+    int r;
+
+    if (!pod) {
+        json_auto_t *want = NULL, *secret = NULL;
+        unsigned char raw[32];
+        char token[65];
+        if ((r = sbx_sandbox_pod(sb, &c->opts.inject, &want, err)) < 0)
+            return r;
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+            return sbx_error_set(err, errno, "getrandom");
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(token + 2 * i, 3, "%02x", raw[i]);
+        /* An existing Secret (409) keeps its token: clients may hold it already. */
+        if (!(secret = sbx_sandbox_secret(sb, token)))
+            return sbx_error_set(err, ENOMEM, "secret");
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets", ns);
+        if ((r = sbx_api_create(c->kube, path, secret, err)) < 0)
+            return r;
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
+        if ((r = sbx_api_create(c->kube, path, want, err)) < 0)
+            return r;
+    }
+    if (!svc && json_is_true(json_object_get(json_object_get(sb, "spec"), "service"))) {
+        json_auto_t *want = sbx_sandbox_service(sb, &c->opts.inject);
+        if (!want)
+            return sbx_error_set(err, ENOMEM, "service");
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services", ns);
+        if ((r = sbx_api_create(c->kube, path, want, err)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+static void pod_ready(json_t *pod, struct ready *rd)
+{
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    json_t *cond = sbx_condition(pod, "Ready");
+
+    if (!pod) {
+        *rd = (struct ready){"False", "DependenciesNotReady", "Pod does not exist yet"};
+        return;
+    }
+    if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp")) {
+        *rd = (struct ready){"False", "DependenciesNotReady", "Pod is terminating"};
+        return;
+    }
+    if (cond && !strcmp(json_string_value(json_object_get(cond, "status")) ?: "", "True")) {
+        *rd = (struct ready){"True", "DependenciesReady", "Pod is Ready"};
+        return;
+    }
+    *rd = (struct ready){"False", "DependenciesNotReady", ""};
+    snprintf(rd->message, sizeof(rd->message), "Pod is not Ready (phase %s)",
+             phase ? phase : "unknown");
+}
+
+/* The status the sandbox should have. Conditions keep their lastTransitionTime while their
+ * status holds. */
+static json_t *desired_status(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *svc,
+                              const struct ready *rd)
+{
+    const char *ns = sbx_meta_str(sb, "namespace"), *name = sbx_meta_str(sb, "name");
+    json_t *ip, *ips = json_array();
+    char hash[9], selector[64];
+    size_t i;
+
+    json_array_foreach(json_object_get(json_object_get(pod, "status"), "podIPs"), i, ip)
+    {
+        const char *v = json_string_value(json_object_get(ip, "ip"));
+        if (v)
+            json_array_append_new(ips, json_string(v));
+    }
+    sbx_name_hash(name, hash);
+    snprintf(selector, sizeof(selector), "%s=%s", SBX_LABEL_HASH, hash);
+    json_t *st = json_pack(
+        "{s:[o], s:s}", "conditions",
+        sbx_ready_condition(rd->status, rd->reason, rd->message, sb,
+                            json_object_get(json_object_get(sb, "metadata"), "generation")),
+        "selector", selector);
+    if (!st) {
+        json_decref(ips);
+        return NULL;
+    }
+    if (json_array_size(ips))
+        json_object_set(st, "podIPs", ips);
+    json_decref(ips);
+    const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+    if (node)
+        json_object_set_new(st, "nodeName", json_string(node));
+    if (svc) {
+        char fqdn[600];
+        snprintf(fqdn, sizeof(fqdn), "%s.%s.svc.%s", name, ns, c->opts.cluster_domain);
+        json_object_set_new(st, "service", json_string(name));
+        json_object_set_new(st, "serviceFQDN", json_string(fqdn));
+    }
+    return st;
+}
+
+/* Expiry: returns 1 when expired, 0 when not (and queues the key for shutdownTime). */
+static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
+{
+    const char *when =
+        json_string_value(json_object_get(json_object_get(sb, "spec"), "shutdownTime"));
+    time_t t, now = time(NULL);
+
+    if (!when || sbx_parse_rfc3339(when, &t) < 0)
+        return 0;
+    if (t <= now)
+        return 1;
+    char qk[700];
+    if (snprintf(qk, sizeof(qk), "sandbox:%s", key) < (int)sizeof(qk))
+        sbx_ctrl_enqueue(c, qk, (uint64_t)(t - now) * 1000 + 100);
+    return 0;
+}
+
+/* A stopped sandbox reports no Pod or Service, even while they terminate. */
+static void drop(json_t **pod, json_t **svc)
+{
+    json_decref(*pod);
+    json_decref(*svc);
+    *pod = *svc = NULL;
+}
+
+int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
+{
+    json_auto_t *sb = sbx_informer_get(c->sandboxes, key);
+    json_auto_t *pod = NULL, *svc = NULL, *st = NULL;
+    struct ready rd;
+    char ns[300], path[700];
+    const char *name;
+    int r;
+
+    if (sbx_split_key(key, ns, sizeof(ns), &name) < 0)
+        return sbx_error_set(err, EINVAL, "bad key");
+    if (!sb) /* gone: the garbage collector would do this, but may not run */
+        return remove_children(c, key, ns, name, NULL, true, err);
+    if (json_object_get(json_object_get(sb, "metadata"), "deletionTimestamp"))
+        return 0;
+    pod = sbx_informer_get(c->pods, key);
+    svc = sbx_informer_get(c->services, key);
+    if (pod && !sbx_controlled_by(pod, "Sandbox", sbx_meta_str(sb, "uid")))
+        return sbx_error_set(err, EEXIST, "pod \"%s\" exists and is not this sandbox's", key);
+
+    json_t *spec = json_object_get(sb, "spec");
+    const char *mode = json_string_value(json_object_get(spec, "operatingMode"));
+    const char *policy = json_string_value(json_object_get(spec, "shutdownPolicy"));
+    if (check_expiry(c, sb, key)) {
+        if (policy && !strcmp(policy, "Delete")) {
+            snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION, ns,
+                     name);
+            return sbx_api_delete(c->kube, path, err);
+        }
+        if ((r = remove_children(c, key, ns, name, sb, false, err)) < 0)
+            return r;
+        rd = (struct ready){"False", "SandboxExpired", "shutdownTime has passed"};
+        drop(&pod, &svc);
+    } else if (mode && !strcmp(mode, "Suspended")) {
+        if ((r = remove_children(c, key, ns, name, sb, false, err)) < 0)
+            return r;
+        rd = (struct ready){"False", "SandboxSuspended", "operatingMode is Suspended"};
+        drop(&pod, &svc);
+    } else {
+        r = ensure_running(c, sb, pod, svc, ns, err);
+        if (r == -EINVAL) { /* the spec cannot be run as it is: say so, do not retry */
+            rd = (struct ready){"False", "InvalidSpec", ""};
+            snprintf(rd.message, sizeof(rd.message), "%s", err->msg);
+        } else if (r < 0) {
+            return r;
+        } else {
+            pod_ready(pod, &rd);
+        }
+    }
+    if (!(st = desired_status(c, sb, pod, svc, &rd)))
+        return sbx_error_set(err, ENOMEM, "status");
+    r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name,
+                              json_object_get(sb, "status"), st, err);
+    return r < 0 ? r : 0;
+}

@@ -1,0 +1,61 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "histogram.h"
+#include "tap.h"
+
+int main(void)
+{
+    char ns[16], buf[64];
+    const char *name;
+    time_t t;
+
+    ok(sbx_parse_rfc3339("2026-01-02T03:04:05Z", &t) == 0 && t == 1767323045, "RFC 3339");
+    ok(sbx_parse_rfc3339("2026-01-02T03:04:05.123456Z", &t) == 0 && t == 1767323045,
+       "with a fraction");
+    ok(sbx_parse_rfc3339("2026-01-02T03:04:05+01:00", &t) == -EINVAL, "offsets refused");
+    ok(sbx_parse_rfc3339("yesterday", &t) == -EINVAL, "garbage refused");
+    ok(sbx_parse_rfc3339(NULL, &t) == -EINVAL, "NULL refused");
+
+    ok(sbx_split_key("ns/name", ns, sizeof(ns), &name) == 0 && !strcmp(ns, "ns") &&
+           !strcmp(name, "name"),
+       "key split");
+    ok(sbx_split_key("nokey", ns, sizeof(ns), &name) == -EINVAL, "a key without a slash");
+    ok(sbx_split_key("a-very-long-namespace/x", ns, sizeof(ns), &name) == -EINVAL,
+       "a namespace too long for the buffer");
+    ok(sbx_queue_key(buf, sizeof(buf), "claim", "ns", "c") && !strcmp(buf, "claim:ns/c"),
+       "queue key");
+    ok(!sbx_queue_key(buf, 8, "claim", "ns", "c"), "queue key too long");
+
+    char s[9];
+    sbx_random_suffix(s, 8);
+    ok(strlen(s) == 8 && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789") == 8,
+       "random suffix: %s", s);
+
+    json_t *obj = json_pack("{s:{s:[{s:s, s:s}]}}", "status", "conditions", "type", "Ready",
+                            "status", "True");
+    ok(sbx_is_ready(obj), "Ready condition read");
+    json_t *c = sbx_ready_condition("True", "R", "m", obj, NULL);
+    ok(c && !strcmp(json_string_value(json_object_get(c, "status")), "True"), "condition built");
+    json_decref(c);
+    json_decref(obj);
+
+    struct sbx_histogram h = {0};
+    sbx_histogram_observe(&h, 3000000);      /* 3 ms */
+    sbx_histogram_observe(&h, 40000000);     /* 40 ms */
+    sbx_histogram_observe(&h, 100000000000); /* 100 s */
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    sbx_histogram_write(f, "x", "a=\"b\"", &h);
+    fclose(f);
+    ok(strstr(out, "x_bucket{a=\"b\",le=\"0.005\"} 1\n") != NULL, "first bucket");
+    ok(strstr(out, "x_bucket{a=\"b\",le=\"0.05\"} 2\n") != NULL, "cumulative");
+    ok(strstr(out, "x_bucket{a=\"b\",le=\"60\"} 2\n") != NULL, "100 s is beyond 60");
+    ok(strstr(out, "x_bucket{a=\"b\",le=\"+Inf\"} 3\n") != NULL, "+Inf holds all");
+    ok(strstr(out, "x_count{a=\"b\"} 3\n") != NULL, "count");
+    free(out);
+    return done_testing();
+}

@@ -1,0 +1,248 @@
+"""Warm pools and claims against the real API server: a pool fills to N at its paced rate, a
+claim adopts a ready sandbox in two writes and mirrors its Ready, the pool refills, claims
+beyond the pool start cold, and deleting claims and pools cleans up."""
+
+import re
+
+from conftest import wait_until
+from kube import ApiError
+from test_sandbox import SB, WAIT, condition
+
+EXT = "extensions.agents.x-k8s.io/v1beta1"
+POOL = (EXT, "SandboxWarmPool")
+CLAIM = (EXT, "SandboxClaim")
+TEMPLATE = (EXT, "SandboxTemplate")
+
+
+def template(k, ns, name="tpl"):
+    k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": name, "namespace": ns},
+              "spec": {"podTemplate": {"metadata": {"labels": {"tier": "agent"}}, "spec": {
+                  "containers": [{"name": "main", "image": "python:3.12", "command": ["python3", "-m", "http.server"]}]}}}})
+
+
+def pool(k, ns, name, replicas, tpl="tpl"):
+    k.create({"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": name, "namespace": ns},
+              "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": tpl}}})
+
+
+def claim(k, ns, name, pool_name, **spec):
+    k.create({"apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": name, "namespace": ns},
+              "spec": {"warmPoolRef": {"name": pool_name}, **spec}})
+
+
+def owned_by(k, ns, kind, name):
+    out = []
+    for sb in k.list(*SB, ns):
+        ref = next((r for r in sb["metadata"].get("ownerReferences", []) if r.get("controller")), None)
+        if ref and ref["kind"] == kind and ref["name"] == name and "deletionTimestamp" not in sb["metadata"]:
+            out.append(sb)
+    return out
+
+
+def ready_count(sbs):
+    return sum(1 for sb in sbs if (condition(sb) or {}).get("status") == "True")
+
+
+def wait_pool_ready(k, ns, name, n, timeout=60):
+    def check():
+        st = k.get(*POOL, ns, name).get("status", {})
+        sbs = owned_by(k, ns, "SandboxWarmPool", name)
+        return st.get("readyReplicas") == n and len(sbs) == n and ready_count(sbs) == n
+    wait_until(check, timeout, interval=0.1, what=f"pool {name} with {n} ready sandboxes")
+
+
+def wait_claim_ready(k, ns, name, timeout=WAIT):
+    def check():
+        c = k.get(*CLAIM, ns, name)
+        cond = condition(c)
+        return c if cond and cond["status"] == "True" else None
+    return wait_until(check, timeout, interval=0.1, what=f"claim {name} Ready")
+
+
+def test_pool_fills_and_claim_adopts_warm(cluster, namespace, controller):
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 3)
+    wait_pool_ready(k, namespace, "p", 3)
+    st = k.get(*POOL, namespace, "p")["status"]
+    assert st["replicas"] == 3
+    # The scale subresource reads the pool's replicas and selector.
+    scale = k.request("GET", f"/apis/{EXT}/namespaces/{namespace}/sandboxwarmpools/p/scale")
+    assert scale["spec"]["replicas"] == 3 and scale["status"]["selector"] == st["selector"]
+    warm = {sb["metadata"]["name"] for sb in owned_by(k, namespace, "SandboxWarmPool", "p")}
+    pod = k.get("v1", "Pod", namespace, sorted(warm)[0])
+    assert pod["metadata"]["labels"]["tier"] == "agent"
+    assert pod["spec"]["containers"][0]["command"][-3:] == ["python3", "-m", "http.server"]
+
+    before = controller.metrics()
+    claim(k, namespace, "c1", "p")
+    c = wait_claim_ready(k, namespace, "c1")
+    name = c["status"]["sandbox"]["name"]
+    assert name in warm, "a warm sandbox was adopted"
+    assert c["status"]["sandbox"]["podIPs"]
+    sb = k.get(*SB, namespace, name)
+    ref = next(r for r in sb["metadata"]["ownerReferences"] if r.get("controller"))
+    assert ref["kind"] == "SandboxClaim" and ref["uid"] == c["metadata"]["uid"]
+    assert sb["metadata"]["labels"]["agents.x-k8s.io/claim-uid"] == c["metadata"]["uid"]
+    assert "agents.x-k8s.io/warm-pool-sandbox" not in sb["metadata"]["labels"]
+    after = controller.metrics()
+    assert after['sandboxd_controller_claims_total{start="warm"}'] - before['sandboxd_controller_claims_total{start="warm"}'] == 1
+    assert after["sandboxd_controller_claim_writes_total"] - before["sandboxd_controller_claim_writes_total"] <= 3
+
+    # The pool refills to three ready ones besides the claimed sandbox.
+    wait_pool_ready(k, namespace, "p", 3)
+    assert name not in {s["metadata"]["name"] for s in owned_by(k, namespace, "SandboxWarmPool", "p")}
+
+    # The claim's Ready follows its sandbox.
+    k.patch(*SB, namespace, name, {"spec": {"operatingMode": "Suspended"}})
+    wait_until(lambda: (condition(k.get(*CLAIM, namespace, "c1")) or {}).get("reason") == "SandboxSuspended",
+               WAIT, what="claim Ready mirrors the suspended sandbox")
+
+
+def test_claims_beyond_the_pool_start_cold(cluster, namespace, start_controller):
+    # One new warm sandbox every 20 s: the claims below cannot all find a warm one.
+    ctrl = start_controller("--sandbox-warm-pool-max-refill-rate=0.05", "--sandbox-warm-pool-max-batch-size=1")
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "small", 1)
+    wait_pool_ready(k, namespace, "small", 1)
+    for i in range(3):
+        claim(k, namespace, f"c{i}", "small")
+    names = {wait_claim_ready(k, namespace, f"c{i}")["status"]["sandbox"]["name"] for i in range(3)}
+    assert len(names) == 3
+    m = ctrl.metrics()
+    assert m['sandboxd_controller_claims_total{start="warm"}'] == 1
+    assert m['sandboxd_controller_claims_total{start="cold"}'] == 2
+    assert {f"c{i}" for i in range(3)} & names, "cold sandboxes are named after their claims"
+
+
+def test_claim_env_and_metadata_start_cold(cluster, namespace, controller):
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 1)
+    wait_pool_ready(k, namespace, "p", 1)
+    claim(k, namespace, "withenv", "p", env=[{"name": "TASK", "value": "42"}],
+          additionalPodMetadata={"labels": {"team": "a"}})
+    c = wait_claim_ready(k, namespace, "withenv")
+    assert c["status"]["sandbox"]["name"] == "withenv"
+    pod = k.get("v1", "Pod", namespace, "withenv")
+    assert {"name": "TASK", "value": "42"} in pod["spec"]["containers"][0]["env"]
+    assert pod["metadata"]["labels"]["team"] == "a"
+
+
+def test_pool_fills_at_the_paced_rate(cluster, namespace, start_controller):
+    start_controller("--sandbox-warm-pool-max-refill-rate=4", "--sandbox-warm-pool-max-batch-size=1")
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "paced", 8)
+    wait_pool_ready(k, namespace, "paced", 8)
+    times = sorted(sb["metadata"]["creationTimestamp"] for sb in owned_by(k, namespace, "SandboxWarmPool", "paced"))
+    secs = [int(t[11:13]) * 3600 + int(t[14:16]) * 60 + int(t[17:19]) for t in times]
+    # One token at once, then four a second: seven more need at least 1.75 s.
+    assert (secs[-1] - secs[0]) % 86400 >= 1
+
+
+def test_scale_down_and_cleanup(cluster, namespace, controller):
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 3)
+    wait_pool_ready(k, namespace, "p", 3)
+    k.patch(*POOL, namespace, "p", {"spec": {"replicas": 1}})
+    wait_pool_ready(k, namespace, "p", 1)
+
+    claim(k, namespace, "c", "p")
+    name = wait_claim_ready(k, namespace, "c")["status"]["sandbox"]["name"]
+    k.delete(*CLAIM, namespace, "c")
+    wait_until(lambda: k.find(*SB, namespace, name) is None, WAIT, what="the claim's sandbox deleted")
+    wait_until(lambda: k.find("v1", "Pod", namespace, name) is None, WAIT, what="its pod deleted")
+
+    wait_pool_ready(k, namespace, "p", 1)
+    left = [sb["metadata"]["name"] for sb in owned_by(k, namespace, "SandboxWarmPool", "p")]
+    k.delete(*POOL, namespace, "p")
+    for n in left:
+        wait_until(lambda: k.find(*SB, namespace, n) is None, WAIT, what=f"pool sandbox {n} deleted")
+    assert not [p for p in k.list("v1", "Pod", namespace) if re.match(r"p-", p["metadata"]["name"])
+                and "deletionTimestamp" not in p["metadata"]] or wait_until(
+        lambda: not k.list("v1", "Pod", namespace), WAIT, what="pods gone")
+
+
+def test_claim_of_missing_pool(cluster, namespace, controller):
+    k = cluster.admin
+    claim(k, namespace, "lost", "nope")
+    wait_until(lambda: (condition(k.get(*CLAIM, namespace, "lost")) or {}).get("reason") == "WarmPoolNotFound",
+               WAIT, what="claim reports the missing pool")
+    assert controller.alive()
+
+
+def test_claim_lifecycle_expires_its_sandbox(cluster, namespace, controller):
+    from test_sandbox import soon
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 1)
+    wait_pool_ready(k, namespace, "p", 1)
+    claim(k, namespace, "short", "p", lifecycle={"shutdownTime": soon(4), "shutdownPolicy": "Retain"})
+    name = wait_claim_ready(k, namespace, "short")["status"]["sandbox"]["name"]
+    assert k.get(*SB, namespace, name)["spec"]["shutdownPolicy"] == "Retain"
+    wait_until(lambda: (condition(k.get(*CLAIM, namespace, "short")) or {}).get("reason") == "SandboxExpired",
+               WAIT, what="the claim's sandbox expired")
+    wait_until(lambda: k.find("v1", "Pod", namespace, name) is None, WAIT, what="its pod removed")
+    assert k.find(*SB, namespace, name), "Retain keeps the Sandbox"
+
+
+def test_never_ready_replaced_unschedulable_held(cluster, namespace, start_controller):
+    ctrl = start_controller("--sandbox-warm-pool-readiness-grace-period=2s",
+                            "--sandbox-warm-pool-unschedulable-recheck-interval=1s")
+    k = cluster.admin
+    spec = {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "inf"]}]}
+    for name, pod_meta, pod_spec in (
+            ("stuck", {"labels": {"sandboxd.test/never-ready": "true"}}, spec),
+            ("nowhere", {}, dict(spec, nodeSelector={"sandboxd.test/no-such-node": "x"}))):
+        k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": name, "namespace": namespace},
+                  "spec": {"podTemplate": {"metadata": pod_meta, "spec": pod_spec}}})
+        pool(k, namespace, name, 1, tpl=name)
+    first = {n: wait_until(lambda n=n: owned_by(k, namespace, "SandboxWarmPool", n), WAIT,
+                           what=f"pool {n} sandbox")[0]["metadata"]["name"] for n in ("stuck", "nowhere")}
+
+    # Never ready, though scheduled: replaced by a new one.
+    wait_until(lambda: [s for s in owned_by(k, namespace, "SandboxWarmPool", "stuck")
+                        if s["metadata"]["name"] != first["stuck"]], WAIT, what="a replacement")
+    wait_until(lambda: k.find(*SB, namespace, first["stuck"]) is None, WAIT, what="the stuck one deleted")
+    assert f'replacing "{first["stuck"]}"' in ctrl.log.read_text()
+
+    # Unschedulable: held past the grace period, not churned.
+    wait_until(lambda: f'holding "{first["nowhere"]}"' in ctrl.log.read_text(), WAIT,
+               what="the unschedulable one held")
+    assert [s["metadata"]["name"] for s in owned_by(k, namespace, "SandboxWarmPool", "nowhere")] == [first["nowhere"]]
+
+
+def test_template_network_policy(cluster, namespace, controller):
+    k = cluster.admin
+    rules = {"ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                          "ports": [{"port": 8080}]}],
+             "egress": []}
+    k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "fenced", "namespace": namespace},
+              "spec": {"networkPolicy": rules, "podTemplate": {"spec": {
+                  "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "inf"]}]}}}})
+    np_path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/fenced-network-policy"
+
+    def policy():
+        try:
+            return k.request("GET", np_path)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+    np = wait_until(policy, WAIT, what="the template's NetworkPolicy")
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert np["spec"]["ingress"][0]["ports"][0]["port"] == 8080
+    assert np["spec"].get("egress", []) == []
+    assert np["metadata"]["ownerReferences"][0]["kind"] == "SandboxTemplate"
+    (label, value), = np["spec"]["podSelector"]["matchLabels"].items()
+
+    pool(k, namespace, "fp", 1, tpl="fenced")
+    sb = wait_until(lambda: owned_by(k, namespace, "SandboxWarmPool", "fp"), WAIT, what="pool sandbox")[0]
+    pod = wait_until(lambda: k.find("v1", "Pod", namespace, sb["metadata"]["name"]), WAIT, what="its pod")
+    assert pod["metadata"]["labels"][label] == value, "the policy selects the pool's pods"
+
+    k.patch(*TEMPLATE, namespace, "fenced", {"spec": {"networkPolicyManagement": "Unmanaged"}})
+    wait_until(lambda: policy() is None, WAIT, what="the policy removed when Unmanaged")
