@@ -18,6 +18,10 @@
 
 enum { CTL_MEMORY, CTL_PIDS, N_CTL };
 
+/* A cgroup's directory (ours, PATH_MAX at most, plus a name), and a file in it. */
+#define DIR_MAX       (PATH_MAX + 256)
+#define FILE_PATH_MAX (DIR_MAX + 64)
+
 static const char *const ctl_names[N_CTL] = {"memory", "pids"};
 
 struct sbx_cgroups {
@@ -32,7 +36,7 @@ struct sbx_cgroups {
 
 struct sbx_cgroup {
     struct sbx_cgroups *c;
-    char dir[N_CTL][PATH_MAX + 256]; /* v2: [i] the same for every controller */
+    char dir[N_CTL][DIR_MAX]; /* v2: [i] the same for every controller */
     int join[SBX_CGROUP_MAX_FDS];
     int n_join;
     uint64_t oom_before;
@@ -42,7 +46,7 @@ struct sbx_cgroup {
 /* Writes a string to dir/file; 0 or -errno. */
 static int write_file(const char *dir, const char *file, const char *value)
 {
-    char path[PATH_MAX + 64];
+    char path[FILE_PATH_MAX];
     _cleanup_close_ int fd = -1;
 
     snprintf(path, sizeof(path), "%s/%s", dir, file);
@@ -57,7 +61,7 @@ static int write_file(const char *dir, const char *file, const char *value)
 /* Reads "key N" from dir/file (memory.events, memory.oom_control); 0 when absent. */
 static uint64_t read_key(const char *dir, const char *file, const char *key)
 {
-    char path[PATH_MAX + 64], name[64];
+    char path[FILE_PATH_MAX], name[64];
     _cleanup_fclose_ FILE *f = NULL;
     unsigned long long v;
 
@@ -279,7 +283,7 @@ int sbx_cgroup_new(struct sbx_cgroups *c, const char *name, uint64_t memory_byte
             snprintf(g->dir[i], sizeof(g->dir[i]), "%s/%s", c->dir[i], name);
     n = dirs_of(g, dirs);
     for (int i = 0; i < n && r == 0; i++) {
-        char procs[PATH_MAX + 16];
+        char procs[FILE_PATH_MAX];
         if (mkdir(dirs[i], 0755) < 0 && errno != EEXIST) {
             r = sbx_error_set(err, errno, "mkdir %s", dirs[i]);
             break;
@@ -323,7 +327,7 @@ int sbx_cgroup_join_fds(const struct sbx_cgroup *g, const int **fds)
 /* Adds the members of the cgroup (dir in arg) not yet in set, stopping each. */
 static int scan_members(struct sbx_pidset *set, void *arg)
 {
-    char path[PATH_MAX + 16];
+    char path[FILE_PATH_MAX];
     _cleanup_fclose_ FILE *f = NULL;
     long pid;
     int added = 0, r;
