@@ -12,17 +12,34 @@ int http_parse_mode(const char *s, mode_t *ret)
     return 0;
 }
 
+/* A run of decimal digits at *s, saturated at UINT64_MAX; *s moves past it. -1 if none (strtoull
+ * would take a sign or leading blanks too). */
+static int digits(const char **s, uint64_t *ret)
+{
+    const char *p = *s;
+    uint64_t v = 0;
+
+    if (*p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
+    }
+    *s = p;
+    *ret = v;
+    return 0;
+}
+
 int http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
 {
-    char *e1, *e2;
-    unsigned long long a, b;
+    uint64_t a, b;
 
-    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ','))
+    if (!h || strncmp(h, "bytes=", 6) != 0)
         return 0;
     h += 6;
     if (*h == '-') {
-        b = strtoull(h + 1, &e2, 10);
-        if (e2 == h + 1 || *e2)
+        h++;
+        if (digits(&h, &b) < 0 || *h)
             return 0;
         if (b == 0 || size == 0)
             return -1;
@@ -30,15 +47,12 @@ int http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *en
         *end = size - 1;
         return 1;
     }
-    a = strtoull(h, &e1, 10);
-    if (e1 == h || *e1 != '-')
+    if (digits(&h, &a) < 0 || *h++ != '-')
         return 0;
-    if (e1[1] == '\0') {
-        b = size ? size - 1 : 0;
-    } else {
-        b = strtoull(e1 + 1, &e2, 10);
-        if (*e2 || b < a)
-            return 0;
+    if (*h == '\0') {
+        b = UINT64_MAX;
+    } else if (digits(&h, &b) < 0 || *h || b < a) {
+        return 0; /* malformed, several ranges, or one that ends before it starts */
     }
     if (a >= size)
         return -1;
