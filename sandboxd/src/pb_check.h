@@ -8,3 +8,7 @@
  * an unknown field (its own pack then writes bytes that it refuses to unpack) and other
  * implementations refuse. */
 bool sbx_pb_wellformed(const ProtobufCMessage *m);
+
+/* False when a string field of m, or of a message within it, is not UTF-8 (proto3 strings must
+ * be; protobuf-c does not check). */
+bool sbx_pb_utf8_valid(const ProtobufCMessage *m);
