@@ -48,7 +48,7 @@ for name in "$@"; do
   set +e
   "$BUILD/sandboxd/fuzz/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" "sandboxd/fuzz/corpus/$name" \
-    2>&1 | tee "$work/log" | grep -E '^(==|#[0-9]+[[:space:]]+(DONE|pulse))|ERROR|check failed|SUMMARY'
+    2>&1 | tee "$work/log" | grep --line-buffered -E '^(==|#[0-9]+[[:space:]]+(DONE|pulse))|ERROR|check failed|SUMMARY'
   rc=${PIPESTATUS[0]}
   set -e
   [ "$rc" -eq 0 ] || status=1

@@ -4,7 +4,8 @@
  * as the handlers receive it, then what the handlers check before anything runs: the UTF-8 of
  * every string (sbx_grpc_utf8_valid), a ProcessConfig's launch (sbx_process_launch_from), a
  * ProcessSpec's credentials and limits (sbx_spec_extras_build) and launch (sbx_launch_build),
- * with cwd resolved in a box (fuzz_box.h). No process is started.
+ * with cwd resolved in a box (fuzz_box.h), and reflection's answer (sbx_reflection_answer). No
+ * process is started.
  *
  * Input: one byte choosing the request type, then the message. Checked:
  *   - a decoded message packs and decodes back to the same bytes (protobuf-c round trip);
@@ -12,10 +13,13 @@
  *     Unicode's table of well-formed byte sequences;
  *   - a launch that succeeds had valid UTF-8, a command and variable names neither empty nor
  *     holding '='; its argv is the command, its environment holds each request variable (the
- *     last of a repeated key) and one PWD, its working directory is beneath the root; one that fails carries -errno and a message, and
- *     invalid UTF-8, no command or a bad name fail with -EINVAL;
+ *     last of a repeated key) and one PWD, its working directory is beneath the root; one that
+ * fails carries -errno and a message, and invalid UTF-8, no command or a bad name fail with
+ * -EINVAL;
  *   - accepted credentials and limits are within their bounds (groups, rlimits, soft <= hard),
  *     and are what the process table is handed;
+ *   - reflection answers exactly the requests whose strings are UTF-8, with a response that
+ *     decodes and whose strings are UTF-8 too;
  *   - no fd leaks. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,6 +35,7 @@
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "grpc_launch.h"
 #include "grpc_process.h"
+#include "grpc_reflection.h"
 #include "grpc_server.h"
 #include "grpc_spec.h"
 #include "process/v1/process.pb-c.h"
@@ -38,7 +43,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-enum kind { PLAIN, P_CONFIG_START, P_CONFIG_EXECUTE, S_SPAWN, S_RUN };
+enum kind { PLAIN, P_CONFIG_START, P_CONFIG_EXECUTE, S_SPAWN, S_RUN, REFLECTION };
 
 static const struct {
     const ProtobufCMessageDescriptor *d;
@@ -60,7 +65,7 @@ static const struct {
     {&sandboxd__v1__resize_request__descriptor, PLAIN},
     {&sandboxd__v1__remove_request__descriptor, PLAIN},
     {&grpc__health__v1__health_check_request__descriptor, PLAIN},
-    {&grpc__reflection__v1__server_reflection_request__descriptor, PLAIN},
+    {&grpc__reflection__v1__server_reflection_request__descriptor, REFLECTION},
 };
 
 /* Unicode 15, table 3-7: the well-formed UTF-8 byte sequences. */
@@ -164,10 +169,35 @@ static void round_trip(const ProtobufCMessage *m)
 }
 
 static struct fuzz_box box;
+static struct sbx_reflection *refl;
+
+extern const uint8_t sbx_descriptor_set[];
+extern const uint8_t sbx_descriptor_set_end[];
 
 static void box_remove(void)
 {
     fuzz_box_remove(&box, NULL);
+    sbx_reflection_free(refl);
+}
+
+/* A reflection request is answered (a response that decodes, its strings UTF-8) exactly when
+ * its own strings are UTF-8. */
+static void check_reflection(ProtobufCMessage *q)
+{
+    bool valid = walk_strings(q);
+    grpc_byte_buffer *out = NULL;
+    ProtobufCMessage *resp;
+    int r = sbx_reflection_answer(refl, (Grpc__Reflection__V1__ServerReflectionRequest *)q, &out);
+
+    CHECK(r == (valid ? 0 : -EINVAL), "reflection answer: %d for a request with UTF-8 %d", r,
+          valid);
+    if (r < 0)
+        return;
+    resp = sbx_grpc_unpack(out, &grpc__reflection__v1__server_reflection_response__descriptor);
+    grpc_byte_buffer_destroy(out);
+    CHECK(resp, "the reflection answer does not decode");
+    CHECK(walk_strings(resp), "the reflection answer holds a string that is not UTF-8");
+    protobuf_c_message_free_unpacked(resp, NULL);
 }
 
 /* What a launch from command, env and cwd must have produced. */
@@ -330,7 +360,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     if (fds < 0) {
+        struct sbx_error err = {0};
+
         fuzz_box_make(&box);
+        CHECK(sbx_reflection_new(&refl, sbx_descriptor_set,
+                                 (size_t)(sbx_descriptor_set_end - sbx_descriptor_set), &err) == 0,
+              "reflection: %s", err.msg);
         atexit(box_remove);
         fds = fuzz_count_fds();
     }
@@ -355,6 +390,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case S_RUN:
         check_spec(((Sandboxd__V1__RunRequest *)m)->spec);
+        break;
+    case REFLECTION:
+        check_reflection(m);
         break;
     default:
         walk_strings(m);

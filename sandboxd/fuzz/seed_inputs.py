@@ -161,6 +161,14 @@ grpc = [
     ('truncated', S_SPAWN, lf(1, spec)[:-3]),
     ('health', H_CHECK, lf(1, 'sandboxd.v1.Processes')),
     ('reflection', R_INFO, lf(1, 'localhost') + lf(4, 'sandboxd.v1.Processes')),
+    ('reflection_file', R_INFO, lf(3, 'sandboxd/v1/processes.proto')),
+    ('reflection_list', R_INFO, lf(7, '')),
+    ('reflection_extensions', R_INFO, lf(6, '.sandboxd.v1.ProcessSpec')),
+    ('reflection_extension', R_INFO, lf(5, lf(1, 'sandboxd.v1.ProcessSpec') + vf(2, 100))),
+    ('reflection_unknown', R_INFO, lf(4, 'no.such.Symbol')),
+    ('reflection_long_name', R_INFO, lf(4, '\u00e9' * 200)),  # cut inside a character before
+    ('reflection_bad_host', R_INFO, lf(1, b'\xe2\x82') + lf(7, '')),
+    ('reflection_none', R_INFO, lf(1, 'localhost')),
 ]
 for name, t, msg in grpc:
     write('grpc_requests', name, bytes([t]) + msg)
