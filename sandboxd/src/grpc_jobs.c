@@ -10,6 +10,7 @@
 
 #include "cleanup.h"
 #include "grpc_launch.h"
+#include "grpc_spec.h"
 #include "log.h"
 #include "metrics.h"
 #include "sandboxd/v1/processes.pb-c.h"
@@ -115,69 +116,6 @@ static struct sbx_job *lookup(struct sbx_grpc_req *req, int32_t id)
 /* ------------------------------------------------------------------------------------------ */
 /* Starting */
 
-/* The credentials and limits a spec asks for, in the process table's terms. */
-struct extras {
-    gid_t *groups;
-    struct sbx_rlimit *rlimits;
-};
-
-static void extras_release(struct extras *x)
-{
-    free(x->groups);
-    free(x->rlimits);
-}
-
-static int extras_build(const Sandboxd__V1__ProcessSpec *spec, struct sbx_proc_opts *o,
-                        struct extras *x, struct sbx_error *err)
-{
-    if (spec->user) {
-        const Sandboxd__V1__Credentials *u = spec->user;
-        if (u->n_groups > 65536)
-            return sbx_error_set(err, EINVAL, "too many groups: %zu", u->n_groups);
-        x->groups = calloc(u->n_groups + 1, sizeof(gid_t));
-        if (!x->groups)
-            return sbx_error_set(err, ENOMEM, "allocate groups");
-        for (size_t i = 0; i < u->n_groups; i++)
-            x->groups[i] = (gid_t)u->groups[i];
-        o->confine.set_user = true;
-        o->confine.uid = (uid_t)u->uid;
-        o->confine.gid = (gid_t)u->gid;
-        o->confine.groups = x->groups;
-        o->confine.n_groups = u->n_groups;
-    }
-    if (!spec->seccomp || !spec->seccomp[0])
-        o->confine.seccomp = SBX_SPAWN_SECCOMP_DAEMON;
-    else if (strcmp(spec->seccomp, "off") == 0)
-        o->confine.seccomp = SBX_SPAWN_SECCOMP_OFF;
-    else if (strcmp(spec->seccomp, "default") == 0 && sbx_spawn_has_default_profile())
-        o->confine.seccomp = SBX_SPAWN_SECCOMP_DEFAULT;
-    else if (strcmp(spec->seccomp, "default") == 0)
-        return sbx_error_set(err, EOPNOTSUPP, "the default seccomp profile is unavailable here");
-    else
-        return sbx_error_set(err, EINVAL, "seccomp must be \"\", \"default\" or \"off\"");
-    if (spec->n_rlimits > 64)
-        return sbx_error_set(err, EINVAL, "too many rlimits: %zu", spec->n_rlimits);
-    x->rlimits = calloc(spec->n_rlimits + 1, sizeof(*x->rlimits));
-    if (!x->rlimits)
-        return sbx_error_set(err, ENOMEM, "allocate rlimits");
-    for (size_t i = 0; i < spec->n_rlimits; i++) {
-        const Sandboxd__V1__ResourceLimit *l = spec->rlimits[i];
-        int res = sbx_grpc_utf8_valid(l->name) ? sbx_rlimit_resource(l->name) : -1;
-        uint64_t hard = l->hard ? l->hard : l->soft;
-        if (res < 0)
-            return sbx_error_set(err, EINVAL, "unknown rlimit \"%s\"", l->name);
-        if (l->soft > hard)
-            return sbx_error_set(err, EINVAL, "rlimit %s: soft %llu above hard %llu", l->name,
-                                 (unsigned long long)l->soft, (unsigned long long)hard);
-        x->rlimits[i].resource = res;
-        x->rlimits[i].lim.rlim_cur = l->soft == UINT64_MAX ? RLIM_INFINITY : (rlim_t)l->soft;
-        x->rlimits[i].lim.rlim_max = hard == UINT64_MAX ? RLIM_INFINITY : (rlim_t)hard;
-    }
-    o->confine.rlimits = x->rlimits;
-    o->confine.n_rlimits = spec->n_rlimits;
-    return 0;
-}
-
 /* Starts the job a spec describes; on failure answers the call and returns NULL. ring_bytes:
  * 0 for the default. */
 static struct sbx_job *start(struct sbx_grpc_req *req, const Sandboxd__V1__ProcessSpec *spec,
@@ -187,7 +125,7 @@ static struct sbx_job *start(struct sbx_grpc_req *req, const Sandboxd__V1__Proce
     struct sbx_launch_config lc = {0};
     struct sbx_launch l = {.cwd_fd = -1};
     struct sbx_job_spec js = {0};
-    struct extras x = {0};
+    struct sbx_spec_extras x = {0};
     struct sbx_error e = {0};
     struct sbx_job *job = NULL;
     int r;
@@ -213,7 +151,7 @@ static struct sbx_job *start(struct sbx_grpc_req *req, const Sandboxd__V1__Proce
     lc.command = spec->command;
     lc.n_command = spec->n_command;
     lc.cwd = spec->cwd;
-    r = extras_build(spec, &js.proc, &x, &e);
+    r = sbx_spec_extras_build(spec, &js.proc, &x, &e);
     if (r == 0)
         r = sbx_launch_config_alloc(&lc, spec->n_env, &e);
     if (r == 0) {
@@ -238,7 +176,7 @@ static struct sbx_job *start(struct sbx_grpc_req *req, const Sandboxd__V1__Proce
     }
     sbx_launch_release(&l);
     sbx_launch_config_release(&lc);
-    extras_release(&x);
+    sbx_spec_extras_release(&x);
     if (r < 0) {
         sbx_launch_reply_error(req, r, &e, what);
         return NULL;

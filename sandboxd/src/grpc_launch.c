@@ -93,17 +93,31 @@ static bool config_utf8_valid(const struct sbx_launch_config *c)
     return !c->cwd || sbx_grpc_utf8_valid(c->cwd);
 }
 
+/* The first variable name that is empty or holds '=' (which would make an entry another
+ * variable's: "PWD=" and "" give "PWD==" beside our PWD), or NULL. */
+static const char *bad_env_key(const struct sbx_launch_config *c)
+{
+    for (size_t i = 0; i < c->n_env; i++)
+        if (!c->keys[i][0] || strchr(c->keys[i], '='))
+            return c->keys[i];
+    return NULL;
+}
+
 int sbx_launch_build(const struct sbx_root *root, const struct sbx_launch_config *c,
                      struct sbx_launch *l, struct sbx_error *err)
 {
     _cleanup_free_ char *rel = NULL, *pwd = NULL;
-    const char *cwd;
+    const char *cwd, *bad;
     int r;
 
     if (c->n_command == 0)
         return sbx_error_set(err, EINVAL, "command is required");
     if (!config_utf8_valid(c))
         return sbx_error_set(err, EINVAL, "string field contains invalid UTF-8");
+    bad = bad_env_key(c);
+    if (bad)
+        return sbx_error_set(err, EINVAL,
+                             "environment variable name \"%.200s\" is empty or holds '='", bad);
     l->argv = calloc(c->n_command + 1, sizeof(char *));
     if (!l->argv)
         return sbx_error_set(err, ENOMEM, "allocate argv");

@@ -39,8 +39,9 @@ struct sbx_launch {
     int cwd_fd;
 };
 
-/* Checks c (UTF-8, a command) and builds argv, the environment (the daemon's plus the
- * request's, PWD set to the working directory) and the working directory's fd. */
+/* Checks c (UTF-8, a command, variable names neither empty nor holding '=') and builds argv,
+ * the environment (the daemon's plus the request's, PWD set to the working directory) and the
+ * working directory's fd. */
 int sbx_launch_build(const struct sbx_root *root, const struct sbx_launch_config *c,
                      struct sbx_launch *l, struct sbx_error *err);
 void sbx_launch_release(struct sbx_launch *l);

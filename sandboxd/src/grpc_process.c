@@ -15,9 +15,8 @@
 #include "metrics.h"
 #include "process/v1/process.pb-c.h"
 
-/* Builds what a ProcessConfig asks for. */
-static int launch_from(const struct sbx_process_service *svc, const Process__V1__ProcessConfig *c,
-                       struct sbx_launch *l, struct sbx_error *err)
+int sbx_process_launch_from(const struct sbx_root *root, const Process__V1__ProcessConfig *c,
+                            struct sbx_launch *l, struct sbx_error *err)
 {
     struct sbx_launch_config lc = {0};
     int r = 0;
@@ -31,7 +30,7 @@ static int launch_from(const struct sbx_process_service *svc, const Process__V1_
             SBX_LAUNCH_ENV(&lc, c->env_vars, c->n_env_vars);
     }
     if (r == 0)
-        r = sbx_launch_build(svc->root, &lc, l, err);
+        r = sbx_launch_build(root, &lc, l, err);
     sbx_launch_config_release(&lc);
     return r;
 }
@@ -226,7 +225,7 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
         sbx_grpc_reply(req, NULL, GRPC_STATUS_UNAVAILABLE, "sandboxd is shutting down");
         return;
     }
-    r = launch_from(svc, config, &l, &e);
+    r = sbx_process_launch_from(svc->root, config, &l, &e);
     if (r < 0) {
         sbx_launch_reply_error(req, r, &e,
                                execute ? "failed to execute command" : "failed to start command");

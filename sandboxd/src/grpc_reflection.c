@@ -9,6 +9,7 @@
 #include "cleanup.h"
 #include "google/protobuf/descriptor.pb-c.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
+#include "pb_check.h"
 
 #define MAX_FILES 64
 
@@ -195,8 +196,16 @@ struct answer {
 static void answer_error(struct answer *a, grpc_status_code code, const char *what,
                          const char *name)
 {
+    int n = snprintf(a->msg, sizeof(a->msg), "%s not found: ", what);
+    size_t len = strlen(name), room = sizeof(a->msg) - 1 - (size_t)n;
+
+    /* A long name is cut before a character, not inside one: the message stays UTF-8. */
+    if (len > room)
+        for (len = room; len && ((unsigned char)name[len] & 0xc0) == 0x80; len--)
+            ;
+    memcpy(a->msg + n, name, len);
+    a->msg[(size_t)n + len] = '\0';
     grpc__reflection__v1__error_response__init(&a->error);
-    snprintf(a->msg, sizeof(a->msg), "%s not found: %s", what, name);
     a->error.error_code = (int32_t)code;
     a->error.error_message = a->msg;
     a->resp.message_response_case =
@@ -284,6 +293,22 @@ static void answer(const struct sbx_reflection *r, Grpc__Reflection__V1__ServerR
     }
 }
 
+int sbx_reflection_answer(const struct sbx_reflection *r,
+                          Grpc__Reflection__V1__ServerReflectionRequest *q, grpc_byte_buffer **out)
+{
+    struct answer *a;
+
+    if (!sbx_pb_utf8_valid(&q->base))
+        return -EINVAL;
+    a = malloc(sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    answer(r, q, a);
+    *out = sbx_grpc_pack(&a->resp.base);
+    free(a);
+    return *out ? 0 : -ENOMEM;
+}
+
 /* One ServerReflectionInfo stream: receive a request, send its answer, repeat. */
 struct rstream {
     struct sbx_grpc_tag recv_tag, send_tag, close_tag;
@@ -345,8 +370,8 @@ static void rstream_received(struct sbx_grpc_tag *tag, bool ok)
 {
     struct rstream *s = (struct rstream *)((char *)tag - offsetof(struct rstream, recv_tag));
     _cleanup_pb_ ProtobufCMessage *m = NULL;
-    struct answer *a;
     grpc_op op;
+    int r;
 
     if (!ok) {
         rstream_unref(s);
@@ -360,16 +385,17 @@ static void rstream_received(struct sbx_grpc_tag *tag, bool ok)
     m = sbx_grpc_unpack(s->in, &grpc__reflection__v1__server_reflection_request__descriptor);
     grpc_byte_buffer_destroy(s->in);
     s->in = NULL;
-    a = m ? malloc(sizeof(*a)) : NULL;
-    if (!a) {
-        rstream_finish(s, m ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT,
-                       m ? "out of memory" : "malformed ServerReflectionRequest");
+    r = m ? sbx_reflection_answer(s->r, (Grpc__Reflection__V1__ServerReflectionRequest *)m, &s->out)
+          : -EBADMSG;
+    if (r < 0) {
+        rstream_finish(s,
+                       r == -ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT,
+                       r == -ENOMEM   ? "out of memory"
+                       : r == -EINVAL ? "string field contains invalid UTF-8"
+                                      : "malformed ServerReflectionRequest");
         rstream_unref(s);
         return;
     }
-    answer(s->r, (Grpc__Reflection__V1__ServerReflectionRequest *)m, a);
-    s->out = sbx_grpc_pack(&a->resp.base);
-    free(a);
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_SEND_MESSAGE;
     op.data.send_message.send_message = s->out;

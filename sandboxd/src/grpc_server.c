@@ -15,6 +15,7 @@
 #include "cleanup.h"
 #include "log.h"
 #include "metrics.h"
+#include "pb_check.h"
 
 #define MAX_METHODS 32
 #define MAX_THREADS 8
@@ -108,6 +109,10 @@ ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDe
     grpc_byte_buffer_reader_destroy(&reader);
     m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
+    if (m && !sbx_pb_wellformed(m)) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        return NULL;
+    }
     return m;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "http_args.h"
 #include "http_internal.h"
 #include "metrics.h"
 #include "tar.h"
@@ -110,47 +111,10 @@ static enum MHD_Result send_tar(struct hctx *c, int fd)
     return http_queue(c, 200, resp);
 }
 
-/* Parses a single "bytes=" range against size. 1: use [*start, *end]; 0: ignore the header
- * (absent, malformed or several ranges: the whole file is sent); -1: unsatisfiable. */
-static int parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
-{
-    char *e1, *e2;
-    unsigned long long a, b;
-
-    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ','))
-        return 0;
-    h += 6;
-    if (*h == '-') {
-        b = strtoull(h + 1, &e2, 10);
-        if (e2 == h + 1 || *e2)
-            return 0;
-        if (b == 0 || size == 0)
-            return -1;
-        *start = b >= size ? 0 : size - b;
-        *end = size - 1;
-        return 1;
-    }
-    a = strtoull(h, &e1, 10);
-    if (e1 == h || *e1 != '-')
-        return 0;
-    if (e1[1] == '\0') {
-        b = size ? size - 1 : 0;
-    } else {
-        b = strtoull(e1 + 1, &e2, 10);
-        if (*e2 || b < a)
-            return 0;
-    }
-    if (a >= size)
-        return -1;
-    *start = a;
-    *end = b >= size ? size - 1 : b;
-    return 1;
-}
-
 static enum MHD_Result send_file(struct hctx *c, int fd, const struct stat *st)
 {
     uint64_t size = (uint64_t)st->st_size, start = 0, end = size ? size - 1 : 0;
-    int range = parse_range(http_header(c, "Range"), size, &start, &end);
+    int range = http_parse_range(http_header(c, "Range"), size, &start, &end);
     struct MHD_Response *resp;
     char buf[96];
     struct tm tm;
@@ -287,13 +251,10 @@ static int upload_begin(struct hctx *c)
     char msg[160];
     int rc;
 
-    if (m && m[0]) {
-        if (strlen(m) != 4 || m[0] != '0' || strspn(m + 1, "01234567") != 3) {
-            snprintf(msg, sizeof(msg), "mode \"%.100s\" must match ^0[0-7]{3}$", m);
-            http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
-            return -1;
-        }
-        mode = (mode_t)strtoul(m, NULL, 8);
+    if (m && m[0] && http_parse_mode(m, &mode) < 0) {
+        snprintf(msg, sizeof(msg), "mode \"%.100s\" must match ^0[0-7]{3}$", m);
+        http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
+        return -1;
     }
     if (c->h->o.max_upload_bytes && cl && strtoull(cl, NULL, 10) > c->h->o.max_upload_bytes) {
         http_respond_error(c, 413, "PAYLOAD_TOO_LARGE", "body larger than --max-upload-bytes");
@@ -467,11 +428,8 @@ enum MHD_Result http_dirs(struct hctx *c)
             return http_respond_error(c, 400, "INVALID_ARGUMENT", "no body expected");
     }
     *c->upload_data_size = 0;
-    if (m && m[0]) {
-        if (strlen(m) != 4 || m[0] != '0' || strspn(m + 1, "01234567") != 3)
-            return http_respond_error(c, 400, "INVALID_ARGUMENT", "mode must match ^0[0-7]{3}$");
-        mode = (mode_t)strtoul(m, NULL, 8);
-    }
+    if (m && m[0] && http_parse_mode(m, &mode) < 0)
+        return http_respond_error(c, 400, "INVALID_ARGUMENT", "mode must match ^0[0-7]{3}$");
     if (p && p[0] && http_parse_bool(p, &parents) < 0)
         return http_respond_error(c, 400, "INVALID_ARGUMENT", "parents must be a boolean");
     r = sbx_fs_mkdir(c->h->o.root, c->path, mode, parents, &err);
@@ -485,7 +443,8 @@ enum MHD_Result http_move(struct hctx *c)
     struct hreq *r = c->r;
     struct sbx_error err = {0};
     const char *from = NULL, *to = NULL;
-    int overwrite = 0, rc;
+    bool overwrite = false;
+    int rc;
     json_t *j;
     size_t n = *c->upload_data_size;
 
@@ -503,14 +462,11 @@ enum MHD_Result http_move(struct hctx *c)
         r->body[r->body_len] = '\0';
         return MHD_YES;
     }
-    j = r->body ? json_loadb(r->body, r->body_len, 0, NULL) : NULL;
-    if (!j ||
-        json_unpack(j, "{s:s, s:s, s?b}", "from", &from, "to", &to, "overwrite", &overwrite) < 0) {
-        json_decref(j);
+    j = http_parse_move(r->body, r->body_len, &from, &to, &overwrite);
+    if (!j)
         return http_respond_error(c, 400, "INVALID_ARGUMENT",
                                   "body must be {\"from\": string, \"to\": string, "
                                   "\"overwrite\": bool}");
-    }
     rc = sbx_fs_move(c->h->o.root, from, to, overwrite, &err);
     json_decref(j);
     if (rc < 0)

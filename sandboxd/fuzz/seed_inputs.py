@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of corpus/{path,http_args,move_body,grpc_requests}/ (already
+committed: rerun only to change them). Each is small and names one case the target must get
+right; the input formats are described at the top of each fuzz_<name>.c."""
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, 'corpus', target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), 'wb') as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+# --- path: op byte (low 6 bits % 7; 0x80 flag, 0x40 parents), then the path
+OPEN, LIST, LSTAT, OPENDIR, MKDIR, DELETE, WRITE = range(7)
+FLAG, PARENTS = 0x80, 0x40
+paths = [
+    ('open_file', OPEN, 'file'), ('open_nested', OPEN, 'dir/file'),
+    ('open_abs', OPEN, '/file'), ('open_dotdot', OPEN, '../secret'),
+    ('open_abs_dotdot', OPEN, '/../../secret'), ('open_up', OPEN, 'up/secret'),
+    ('open_abs_link', OPEN, 'abs'), ('open_abs_link_in', OPEN, 'abs/x'),
+    ('open_absin', OPEN, 'absin/file'), ('open_dotdot_link', OPEN, 'dotdot'),
+    ('open_loop', OPEN | FLAG, 'loop'), ('open_root_prefix', OPEN, '{root}/dir/file'),
+    ('open_root_prefix_up', OPEN, '{root}/../secret'), ('open_dots', OPEN, 'dir/./sub/../file'),
+    ('open_empty', OPEN, ''), ('open_slashes', OPEN, '//dir///file/'),
+    ('open_utf8', OPEN, 'dir/\u00e9t\u00e9'), ('list_root', LIST, '.'), ('list_dir', LIST, 'dir'),
+    ('list_absin', LIST, 'absin'), ('list_up', LIST, 'up'), ('lstat_dotdot', LSTAT, 'dotdot'),
+    ('lstat_abs', LSTAT, 'abs'), ('lstat_root', LSTAT, '/'), ('lstat_up_x', LSTAT, 'up/secret'),
+    ('opendir_create', OPENDIR | FLAG, 'new/deep/dir'), ('opendir_abs', OPENDIR | FLAG, 'abs/x'),
+    ('opendir_up', OPENDIR | FLAG, 'up/x'), ('mkdir_parents', MKDIR | PARENTS, 'a/b/c'),
+    ('mkdir_abs', MKDIR | PARENTS, 'abs/new'), ('mkdir_file', MKDIR, 'file/x'),
+    ('mkdir_up', MKDIR | PARENTS | FLAG, 'up/new'), ('delete_dir', DELETE | FLAG, 'dir'),
+    ('delete_root', DELETE | FLAG, '.'), ('delete_abs', DELETE, 'abs'),
+    ('delete_up', DELETE | FLAG, 'up/outside'), ('delete_through', DELETE | FLAG, 'absin/file'),
+    ('write_new', WRITE, 'new/file'), ('write_absin', WRITE, 'absin/f'),
+    ('write_abs', WRITE, 'abs/f'), ('write_dotdot', WRITE, 'dotdot'), ('write_dir', WRITE, 'dir'),
+    ('write_up', WRITE, 'up/secret'), ('write_abort', WRITE | FLAG, 'file'),
+    ('write_root_prefix', WRITE, '{root}/x'),
+]
+for name, op, p in paths:
+    write('path', name, bytes([op]) + p.encode())
+
+# --- http_args: op byte (% 3: mode, bool, Range), for Range 8 bytes of size (little endian)
+for name, s in [('ok', '0644'), ('dir', '0755'), ('short', '644'), ('digit', '0789'),
+                ('long', '07777'), ('sign', '0+64')]:
+    write('http_args', 'mode_' + name, b'\0' + s.encode())
+for name, s in [('true', 'true'), ('False', 'False'), ('yes', 'yes'), ('one', '1'),
+                ('space', ' 1'), ('empty', '')]:
+    write('http_args', 'bool_' + name, b'\1' + s.encode())
+for name, size, s in [('first', 1000, 'bytes=0-99'), ('suffix', 1000, 'bytes=-5'),
+                      ('open', 1000, 'bytes=5-'), ('past', 10, 'bytes=20-30'),
+                      ('clamp', 10, 'bytes=5-100'), ('empty_file', 0, 'bytes=0-'),
+                      ('suffix_big', 10, 'bytes=-50'), ('suffix_zero', 10, 'bytes=-0'),
+                      ('backwards', 1000, 'bytes=9-3'), ('several', 1000, 'bytes=0-1,2-3'),
+                      ('huge', 1000, 'bytes=99999999999999999999999-'),
+                      ('signed', 1000, 'bytes=--5'), ('plus', 1000, 'bytes=+1-2'),
+                      ('space', 1000, 'bytes= 1-2'), ('unit', 1000, 'items=0-1')]:
+    write('http_args', 'range_' + name, b'\2' + struct.pack('<Q', size) + s.encode())
+
+# --- move_body: the JSON body
+moves = {
+    'rename': {'from': 'file', 'to': 'new'},
+    'overwrite': {'from': 'file', 'to': 'dir/file', 'overwrite': True},
+    'exists': {'from': 'file', 'to': 'dir/file'},
+    'from_outside': {'from': '../secret', 'to': 'stolen'},
+    'to_abs_link': {'from': 'file', 'to': 'abs/x'},
+    'to_up': {'from': 'file', 'to': 'up/x', 'overwrite': True},
+    'from_link': {'from': 'dotdot', 'to': 'd2'},
+    'root': {'from': '.', 'to': 'x'},
+    'into_itself': {'from': 'dir', 'to': 'dir/sub/x'},
+    'over_root': {'from': 'file', 'to': '/', 'overwrite': True},
+    'absolute': {'from': '/file', 'to': '/new/deep/f'},
+    'not_bool': {'from': 'a', 'to': 'b', 'overwrite': 1},
+    'not_string': {'from': 1, 'to': 'b'},
+    'missing_to': {'from': 'a'},
+}
+for name, body in moves.items():
+    write('move_body', name, json.dumps(body))
+write('move_body', 'array', '[{"from": "file", "to": "x"}]')
+write('move_body', 'nul_escape', '{"from": "fi\\u0000le", "to": "x"}')
+write('move_body', 'escapes', '{"from": "\\u0066ile", "to": "\\ud83d\\ude00"}')
+write('move_body', 'duplicate_key', '{"from": "file", "to": "x", "to": "up/y"}')
+write('move_body', 'trailing', '{"from": "file", "to": "x"} {}')
+write('move_body', 'deep', '[' * 3000 + ']' * 3000)
+
+# --- grpc_requests: type byte, then the message (protobuf wire format)
+def varint(n):
+    out = b''
+    while True:
+        b = n & 0x7f
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def vf(field, n):  # varint field
+    return varint(field << 3) + varint(n & 0xffffffffffffffff)
+
+
+def lf(field, data):  # length-delimited field
+    data = data.encode() if isinstance(data, str) else data
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def entry(k, v):
+    return lf(1, k) + lf(2, v)
+
+
+P_START, P_EXEC, P_STDIN, P_SIGNAL, P_RESIZE = range(5)
+S_SPAWN, S_RUN, S_LIST, S_GET, S_ATTACH, S_WAIT, S_SIGNAL, S_STDIN, S_RESIZE, S_REMOVE = range(5, 15)
+H_CHECK, R_INFO = 15, 16
+
+config = lf(1, 'sh') + lf(1, '-c') + lf(1, 'echo hi') + lf(2, entry('A', 'b')) + lf(3, 'dir')
+spec = (lf(1, 'sleep') + lf(1, '1') + lf(2, entry('K', 'v')) + lf(2, entry('K', 'w')) +
+        lf(3, 'dir') + lf(4, 'web') + vf(5, 1) + lf(6, vf(1, 24) + vf(2, 80)) + vf(7, 5000) +
+        vf(8, 100) + lf(9, vf(1, 1000) + vf(2, 1000) + lf(3, varint(10) + varint(20))) +
+        lf(10, lf(1, 'nofile') + vf(2, 64) + vf(3, 128)) + lf(11, vf(1, 1 << 26) + vf(2, 64)))
+grpc = [
+    ('start', P_START, lf(1, config) + lf(2, vf(1, 80) + vf(2, 24))),
+    ('start_no_config', P_START, b''),
+    ('start_cwd_escape', P_START, lf(1, lf(1, 'ls') + lf(3, '../..'))),
+    ('start_cwd_link', P_START, lf(1, lf(1, 'ls') + lf(3, 'abs'))),
+    ('start_cwd_absin', P_START, lf(1, lf(1, 'ls') + lf(3, 'absin'))),
+    ('execute', P_EXEC, lf(1, config)),
+    ('execute_bad_utf8', P_EXEC, lf(1, lf(1, b'\xc0\xaf') + lf(3, 'dir'))),
+    ('execute_surrogate', P_EXEC, lf(1, lf(1, 'ls') + lf(2, entry('X', b'\xed\xa0\x80')))),
+    ('execute_pwd', P_EXEC, lf(1, lf(1, 'pwd') + lf(2, entry('PWD', '/elsewhere')))),
+    ('execute_empty_command', P_EXEC, lf(1, lf(3, 'dir'))),
+    ('stdin_input', P_STDIN, vf(1, 3) + lf(2, b'data\n')),
+    ('stdin_eof', P_STDIN, vf(1, 3) + lf(3, b'')),
+    ('signal', P_SIGNAL, vf(1, 3) + vf(2, 15)),
+    ('signal_unknown', P_SIGNAL, vf(1, 3) + vf(2, 99)),
+    ('resize', P_RESIZE, vf(1, 3) + vf(2, 80) + vf(3, 24)),
+    ('resize_big', P_RESIZE, vf(1, 3) + vf(2, 1 << 20) + vf(3, 24)),
+    ('spawn', S_SPAWN, lf(1, spec)),
+    ('spawn_no_spec', S_SPAWN, b''),
+    ('spawn_bad_rlimit', S_SPAWN, lf(1, lf(1, 'x') + lf(10, lf(1, 'nosuch') + vf(2, 1)))),
+    ('spawn_soft_above_hard', S_SPAWN, lf(1, lf(1, 'x') + lf(10, lf(1, 'cpu') + vf(2, 9) + vf(3, 3)))),
+    ('spawn_infinity', S_SPAWN, lf(1, lf(1, 'x') + lf(10, lf(1, 'core') + vf(2, (1 << 64) - 1)))),
+    ('spawn_bad_tag', S_SPAWN, lf(1, lf(1, 'x') + lf(4, b'\xff'))),
+    ('spawn_unpacked_groups', S_SPAWN, lf(1, lf(1, 'x') + lf(9, vf(3, 1) + vf(3, 2)))),
+    ('run', S_RUN, lf(1, spec) + lf(2, b'input') + vf(3, 4096)),
+    ('list', S_LIST, lf(1, 'web')),
+    ('list_bad_utf8', S_LIST, lf(1, b'\xf4\x90\x80\x80')),
+    ('get', S_GET, vf(1, 1)),
+    ('get_negative', S_GET, vf(1, -1)),
+    ('attach', S_ATTACH, vf(1, 1) + vf(2, 100) + vf(3, 5) + vf(4, 1) + vf(6, 1)),
+    ('wait', S_WAIT, vf(1, 2)),
+    ('signal_tree', S_SIGNAL, vf(1, 2) + vf(2, 9) + vf(3, 2)),
+    ('stdin_data_eof', S_STDIN, vf(1, 2) + lf(2, b'x') + vf(3, 1)),
+    ('resize_size', S_RESIZE, vf(1, 2) + lf(2, vf(1, 24) + vf(2, 80))),
+    ('remove', S_REMOVE, vf(1, 2)),
+    ('unknown_fields', S_REMOVE, vf(1, 2) + vf(99, 7) + lf(100, b'extra')),
+    ('truncated', S_SPAWN, lf(1, spec)[:-3]),
+    ('health', H_CHECK, lf(1, 'sandboxd.v1.Processes')),
+    ('reflection', R_INFO, lf(1, 'localhost') + lf(4, 'sandboxd.v1.Processes')),
+    ('reflection_file', R_INFO, lf(3, 'sandboxd/v1/processes.proto')),
+    ('reflection_list', R_INFO, lf(7, '')),
+    ('reflection_extensions', R_INFO, lf(6, '.sandboxd.v1.ProcessSpec')),
+    ('reflection_extension', R_INFO, lf(5, lf(1, 'sandboxd.v1.ProcessSpec') + vf(2, 100))),
+    ('reflection_unknown', R_INFO, lf(4, 'no.such.Symbol')),
+    ('reflection_long_name', R_INFO, lf(4, '\u00e9' * 200)),  # cut inside a character before
+    ('reflection_bad_host', R_INFO, lf(1, b'\xe2\x82') + lf(7, '')),
+    ('reflection_none', R_INFO, lf(1, 'localhost')),
+]
+for name, t, msg in grpc:
+    write('grpc_requests', name, bytes([t]) + msg)
