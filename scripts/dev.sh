@@ -8,7 +8,7 @@ GRPC_PORT=${GRPC_PORT:-9090}
 REST_PORT=${REST_PORT:-8080}
 BUILD=${BUILD:-build/dev}
 
-./scripts/setup.sh
+./scripts/setup.sh --daemon
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$BUILD" sandboxd >/dev/null
 

@@ -2,6 +2,10 @@
 # Installs every build and test dependency of sandboxd on a Debian 12 machine. Idempotent, and
 # quick when everything is already there. Go tools are built once per machine into
 # $SANDBOXD_TOOLS (default ~/.cache/sandboxd/bin), outside the repo.
+#
+#   scripts/setup.sh            everything the test suite needs (the controller's control plane
+#                               is built from source: ~20 minutes once per machine)
+#   scripts/setup.sh --daemon   only what building and running sandboxd needs, and grpcurl
 set -euo pipefail
 
 : "${SANDBOXD_TOOLS:=${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/bin}"
@@ -16,6 +20,13 @@ PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 # schemathesis (PyPI) checks the running daemon against api/openapi.yaml.
 SCHEMATHESIS_VERSION=4.32.5
 
+# What building and running the daemon needs (scripts/dev.sh); the rest is for the tests.
+DAEMON_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
+  libmicrohttpd-dev libjansson-dev libseccomp-dev libssl-dev libcurl4-openssl-dev libyaml-dev python3
+  golang-go curl ca-certificates
+)
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
   libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
@@ -41,7 +52,7 @@ as_root() {
 
 install_debs() {
   local missing=()
-  for p in "${DEB_PACKAGES[@]}"; do
+  for p in "$@"; do
     # golang-go: any Go >= 1.22 on PATH will do.
     if [ "$p" = golang-go ] && command -v go >/dev/null; then continue; fi
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -65,7 +76,13 @@ go_tool() {
   echo "$mod" >"$stamp"
 }
 
-install_debs
+if [ "${1:-}" = --daemon ]; then
+  install_debs "${DAEMON_PACKAGES[@]}"
+  go_tool grpcurl "$GRPCURL"
+  log "ready to build and run sandboxd; grpcurl in $SANDBOXD_TOOLS"
+  exit 0
+fi
+install_debs "${DEB_PACKAGES[@]}"
 go_tool grpcurl "$GRPCURL"
 go_tool grpc-health-probe "$HEALTH_PROBE"
 go_tool protoc-gen-go "$PROTOC_GEN_GO"
