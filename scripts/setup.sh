@@ -5,7 +5,8 @@
 #
 #   scripts/setup.sh            everything the test suite needs (the controller's control plane
 #                               is built from source: ~20 minutes once per machine)
-#   scripts/setup.sh --daemon   only what building and running sandboxd needs, and grpcurl
+#   scripts/setup.sh --daemon   only what building and running sandboxd needs, grpcurl and
+#                               grpc-health-probe (what scripts/dev.sh prints examples of)
 set -euo pipefail
 
 : "${SANDBOXD_TOOLS:=${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/bin}"
@@ -79,7 +80,8 @@ go_tool() {
 if [ "${1:-}" = --daemon ]; then
   install_debs "${DAEMON_PACKAGES[@]}"
   go_tool grpcurl "$GRPCURL"
-  log "ready to build and run sandboxd; grpcurl in $SANDBOXD_TOOLS"
+  go_tool grpc-health-probe "$HEALTH_PROBE"
+  log "ready to build and run sandboxd; grpcurl and grpc-health-probe in $SANDBOXD_TOOLS"
   exit 0
 fi
 install_debs "${DEB_PACKAGES[@]}"
