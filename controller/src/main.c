@@ -2,7 +2,6 @@
  * signal. */
 #include <curl/curl.h>
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include "api.h"
 #include "cleanup.h"
 #include "controller.h"
+#include "flags.h"
 #include "http_status.h"
 #include "leader.h"
 #include "kube.h"
@@ -48,12 +48,6 @@ static uint64_t arg_pool_grace_ms = 5 * 60 * 1000;
 static uint64_t arg_pool_recheck_ms = 60 * 1000;
 static uint64_t arg_kube_api_timeout_ms = 30000;
 
-static int opt_string(const char *v, void *dst)
-{
-    *(const char **)dst = v;
-    return 0;
-}
-
 static int opt_port(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 65535, dst);
@@ -62,11 +56,6 @@ static int opt_port(const char *v, void *dst)
 static int opt_count(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 4096, dst);
-}
-
-static int opt_duration(const char *v, void *dst)
-{
-    return sbx_parse_duration_ms(v, dst);
 }
 
 static int opt_qps(const char *v, void *dst)
@@ -82,14 +71,6 @@ static int opt_qps(const char *v, void *dst)
     return 0;
 }
 
-static int opt_bool(const char *v, void *dst)
-{
-    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
-        return -EINVAL;
-    *(bool *)dst = !strcmp(v, "true");
-    return 0;
-}
-
 static int opt_probe(const char *v, void *dst)
 {
     if (strcmp(v, "http") != 0 && strcmp(v, "grpc") != 0)
@@ -98,115 +79,70 @@ static int opt_probe(const char *v, void *dst)
     return 0;
 }
 
-static int opt_log_level(const char *v, void *dst)
-{
-    (void)dst;
-    return sbx_log_parse_level(v, &sbx_log_max_level);
-}
-
-static int opt_log_format(const char *v, void *dst)
-{
-    (void)dst;
-    if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0)
-        return -EINVAL;
-    sbx_log_json = strcmp(v, "json") == 0;
-    return 0;
-}
-
-static const struct option_def {
-    const char *name;
-    int (*parse)(const char *value, void *dst);
-    void *dst;
-    const char *help;
-} options[] = {
-    {"kubeconfig", opt_string, &arg_kubeconfig,
+static const struct sbx_flag options[] = {
+    {"kubeconfig", sbx_flag_string, &arg_kubeconfig,
      "kubeconfig file (else $KUBECONFIG, else the in-cluster service account)"},
-    {"context", opt_string, &arg_context, "kubeconfig context (its current one)"},
-    {"namespace", opt_string, &arg_namespace, "watch only this namespace (all)"},
-    {"service-account-dir", opt_string, &arg_service_account_dir,
+    {"context", sbx_flag_string, &arg_context, "kubeconfig context (its current one)"},
+    {"namespace", sbx_flag_string, &arg_namespace, "watch only this namespace (all)"},
+    {"service-account-dir", sbx_flag_string, &arg_service_account_dir,
      "in-cluster token, ca.crt and namespace (/var/run/secrets/kubernetes.io/serviceaccount)"},
     {"kube-api-qps", opt_qps, &arg_kube_api_qps,
      "client-side requests per second, <= 0 for no limit (50)"},
     {"kube-api-burst", opt_count, &arg_kube_api_burst, "client-side burst (100)"},
-    {"kube-api-timeout", opt_duration, &arg_kube_api_timeout_ms,
+    {"kube-api-timeout", sbx_flag_duration, &arg_kube_api_timeout_ms,
      "timeout of one non-watch request (30s)"},
     {"sandbox-concurrent-workers", opt_count, &arg_workers,
      "Sandbox and warm-pool reconcile workers (8)"},
-    {"metrics-bind-address", opt_string, &arg_metrics_bind_address,
+    {"metrics-bind-address", sbx_flag_string, &arg_metrics_bind_address,
      "address of /metrics, /healthz and /readyz (:8080); port 0 picks a free one"},
     {"sandbox-warm-pool-max-refill-rate", opt_qps, &arg_refill_rate,
      "warm-pool sandboxes created per second, all pools together; <= 0 for no limit (0)"},
     {"sandbox-warm-pool-max-batch-size", opt_count, &arg_pool_batch,
      "most sandboxes a pool creates in one slow-start round (300)"},
-    {"leader-elect", opt_bool, &arg_leader_elect,
+    {"leader-elect", sbx_flag_bool, &arg_leader_elect,
      "run only while holding a coordination.k8s.io Lease (true)"},
-    {"leader-election-namespace", opt_string, &arg_leader_election_namespace,
+    {"leader-election-namespace", sbx_flag_string, &arg_leader_election_namespace,
      "namespace of the Lease (the service account's, else sandboxd-system)"},
-    {"leader-election-id", opt_string, &arg_leader_election_id,
+    {"leader-election-id", sbx_flag_string, &arg_leader_election_id,
      "name of the Lease (sandboxd-controller)"},
-    {"sandbox-warm-pool-readiness-grace-period", opt_duration, &arg_pool_grace_ms,
+    {"sandbox-warm-pool-readiness-grace-period", sbx_flag_duration, &arg_pool_grace_ms,
      "a warm-pool sandbox not Ready for this long is replaced, unless unschedulable (5m)"},
-    {"sandbox-warm-pool-unschedulable-recheck-interval", opt_duration, &arg_pool_recheck_ms,
+    {"sandbox-warm-pool-unschedulable-recheck-interval", sbx_flag_duration, &arg_pool_recheck_ms,
      "how often a pool holding unschedulable sandboxes looks again (1m)"},
     {"sandbox-claim-concurrent-workers", opt_count, &arg_claim_workers,
      "SandboxClaim reconcile workers, on a queue of their own (8)"},
-    {"cluster-domain", opt_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
-    {"default-runtime-class", opt_string, &arg_default_runtime_class,
+    {"cluster-domain", sbx_flag_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
+    {"default-runtime-class", sbx_flag_string, &arg_default_runtime_class,
      "runtimeClassName of pods whose template names none (none)"},
-    {"sandboxd-image", opt_string, &arg_sandboxd_image,
+    {"sandboxd-image", sbx_flag_string, &arg_sandboxd_image,
      "injector image; its entrypoint copies sandboxd to the path given as its argument"},
     {"sandboxd-probe", opt_probe, &arg_sandboxd_probe,
      "readiness and liveness probes: http (/readyz, /healthz) or grpc (http)"},
     {"sandboxd-grpc-port", opt_port, &arg_grpc_port, "sandboxd's gRPC port (9090)"},
     {"sandboxd-rest-port", opt_port, &arg_rest_port, "sandboxd's REST port (8080)"},
-    {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
-    {"log-format", opt_log_format, NULL, "text or json (text)"},
+    {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
+    {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: sandboxd-controller [flags]\n\nflags (--name value or --name=value):\n");
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
-        fprintf(f, "  --%-28s %s\n", options[i].name, options[i].help);
-    fprintf(f, "  --%-28s %s\n  --%-28s %s\n", "version", "print the version", "help",
-            "print this help");
-}
+static const struct sbx_flags flags = {
+    .flag = options,
+    .n = SBX_ARRAY_SIZE(options),
+    .prog = "sandboxd-controller",
+    .version = SANDBOXD_VERSION,
+    .synopsis = "usage: sandboxd-controller [flags]\n",
+};
 
 /* Returns 0 to run, 1 to exit successfully (--version, --help), -1 on bad usage. */
 static int parse_args(int argc, char **argv)
 {
-    struct option longopts[SBX_ARRAY_SIZE(options) + 3];
-    int c, idx;
+    bool dashdash;
+    int rest, r = sbx_flags_parse(&flags, argc, argv, &rest, &dashdash);
 
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
-        longopts[i] = (struct option){options[i].name, required_argument, NULL, (int)i};
-    longopts[SBX_ARRAY_SIZE(options)] = (struct option){"version", no_argument, NULL, 'V'};
-    longopts[SBX_ARRAY_SIZE(options) + 1] = (struct option){"help", no_argument, NULL, 'h'};
-    longopts[SBX_ARRAY_SIZE(options) + 2] = (struct option){0};
-    while ((c = getopt_long_only(argc, argv, "", longopts, &idx)) != -1) {
-        if (c == 'V') {
-            printf("sandboxd-controller %s\n", SANDBOXD_VERSION);
-            return 1;
-        }
-        if (c == 'h') {
-            usage(stdout);
-            return 1;
-        }
-        if (c < 0 || (size_t)c >= SBX_ARRAY_SIZE(options)) {
-            usage(stderr);
-            return -1;
-        }
-        if (options[c].parse(optarg, options[c].dst) < 0) {
-            fprintf(stderr, "sandboxd-controller: invalid value \"%s\" for --%s\n", optarg,
-                    options[c].name);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "sandboxd-controller: unexpected argument \"%s\"\n", argv[optind]);
+    if (r == 0 && rest < argc) {
+        fprintf(stderr, "sandboxd-controller: unexpected argument \"%s\"\n", argv[rest]);
         return -1;
     }
-    return 0;
+    return r;
 }
 
 static int load_config(struct sbx_kube_config *cfg, struct sbx_error *err)

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <netdb.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -21,6 +20,7 @@
 
 #include "auth.h"
 #include "cleanup.h"
+#include "flags.h"
 #include "cgroup.h"
 #include "grpc_health.h"
 #include "grpc_jobs.h"
@@ -102,20 +102,9 @@ static struct {
     int main_status; /* its wait status */
 } d;
 
-static int opt_string(const char *v, void *dst)
-{
-    *(const char **)dst = v;
-    return 0;
-}
-
 static int opt_port(const char *v, void *dst)
 {
     return sbx_parse_int(v, 0, 65535, dst);
-}
-
-static int opt_duration(const char *v, void *dst)
-{
-    return sbx_parse_duration_ms(v, dst);
 }
 
 static int opt_size(const char *v, void *dst)
@@ -156,57 +145,28 @@ static int opt_oom_adj(const char *v, void *dst)
     return r;
 }
 
-static int opt_bool(const char *v, void *dst)
-{
-    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
-        *(bool *)dst = true;
-    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
-        *(bool *)dst = false;
-    else
-        return -EINVAL;
-    return 0;
-}
-
 static int opt_seccomp(const char *v, void *dst)
 {
     return sbx_seccomp_parse_profile(v, dst);
 }
 
-static int opt_log_level(const char *v, void *dst)
-{
-    (void)dst;
-    return sbx_log_parse_level(v, &sbx_log_max_level);
-}
-
-static int opt_log_format(const char *v, void *dst)
-{
-    (void)dst;
-    if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0)
-        return -EINVAL;
-    sbx_log_json = strcmp(v, "json") == 0;
-    return 0;
-}
-
-static const struct option_def {
-    const char *name;
-    int (*parse)(const char *value, void *dst);
-    void *dst;
-    const char *help;
-} options[] = {
-    {"listen-host", opt_string, &arg_listen_host, "address to listen on (0.0.0.0)"},
+static const struct sbx_flag options[] = {
+    {"listen-host", sbx_flag_string, &arg_listen_host, "address to listen on (0.0.0.0)"},
     {"grpc-port", opt_port, &arg_grpc_port, "gRPC port, 0 for any free one (9090)"},
-    {"grpc-socket", opt_string, &arg_grpc_socket, "also serve gRPC on this unix socket"},
+    {"grpc-socket", sbx_flag_string, &arg_grpc_socket, "also serve gRPC on this unix socket"},
     {"rest-port", opt_port, &arg_rest_port, "REST port (8080)"},
-    {"root-dir", opt_string, &arg_root_dir,
+    {"root-dir", sbx_flag_string, &arg_root_dir,
      "directory processes and files are confined to (/workspace)"},
-    {"metadata-env-prefix", opt_string, &arg_metadata_env_prefix,
+    {"metadata-env-prefix", sbx_flag_string, &arg_metadata_env_prefix,
      "env prefix of /v1/metadata (SANDBOX_)"},
-    {"shutdown-timeout", opt_duration, &arg_shutdown_timeout_ms, "drain time on SIGTERM (10s)"},
-    {"termination-grace", opt_duration, &arg_termination_grace_ms,
+    {"shutdown-timeout", sbx_flag_duration, &arg_shutdown_timeout_ms,
+     "drain time on SIGTERM (10s)"},
+    {"termination-grace", sbx_flag_duration, &arg_termination_grace_ms,
      "SIGTERM to SIGKILL of children on shutdown (5s)"},
-    {"exit-drain-timeout", opt_duration, &arg_exit_drain_timeout_ms,
+    {"exit-drain-timeout", sbx_flag_duration, &arg_exit_drain_timeout_ms,
      "output awaited after a process exits while its pipes stay open (1s)"},
-    {"http-idle-timeout", opt_duration, &arg_http_idle_timeout_ms, "idle keep-alive timeout (60s)"},
+    {"http-idle-timeout", sbx_flag_duration, &arg_http_idle_timeout_ms,
+     "idle keep-alive timeout (60s)"},
     {"stream-chunk-size", opt_size, &arg_stream_chunk_size,
      "largest output chunk streamed by Start (4096)"},
     {"max-message-bytes", opt_size, &arg_max_message_bytes, "largest gRPC request (4194304)"},
@@ -220,7 +180,7 @@ static const struct option_def {
      "processes at once; beyond, RESOURCE_EXHAUSTED (1024)"},
     {"output-ring-bytes", opt_bytes, &arg_output_ring_bytes,
      "output kept per stream of a spawned process (1048576)"},
-    {"exit-retention", opt_duration, &arg_exit_retention_ms,
+    {"exit-retention", sbx_flag_duration, &arg_exit_retention_ms,
      "how long an exited spawned process and its output are kept (10m)"},
     {"max-exited", opt_count, &arg_max_exited,
      "exited spawned processes kept at most; the oldest go first (256)"},
@@ -234,69 +194,41 @@ static const struct option_def {
      "our own oom_score_adj, when allowed (-900)"},
     {"keep-serving", NULL, &arg_keep_serving,
      "keep serving after the main process exits (off: drain and exit with its status)"},
-    {"token-file", opt_string, &arg_token_file,
+    {"token-file", sbx_flag_string, &arg_token_file,
      "file holding the bearer token every call needs (or env SANDBOXD_TOKEN)"},
-    {"metrics-auth", opt_bool, &arg_metrics_auth, "/metrics needs the token too, when set (true)"},
+    {"metrics-auth", sbx_flag_bool, &arg_metrics_auth,
+     "/metrics needs the token too, when set (true)"},
     {"seccomp", opt_seccomp, &arg_seccomp,
      "seccomp profile of spawned processes: default or off (default)"},
-    {"no-new-privs", opt_bool, &arg_no_new_privs,
+    {"no-new-privs", sbx_flag_bool, &arg_no_new_privs,
      "no_new_privs on spawned processes; false needs --seccomp=off (true)"},
-    {"log-level", opt_log_level, NULL, "error, warn, info or debug (info)"},
-    {"log-format", opt_log_format, NULL, "text or json (text)"},
+    {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
+    {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: sandboxd [flags] [-- command [args...]]\n\n"
-               "With a command, sandboxd runs it as the main process (stdio passed through,\n"
-               "signals forwarded) and exits with its status once it exits and the rest drains.\n\n"
-               "flags (--name value or --name=value):\n");
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
-        fprintf(f, "  --%-22s %s\n", options[i].name, options[i].help);
-    fprintf(f, "  --%-22s %s\n  --%-22s %s\n", "version", "print the version", "help",
-            "print this help");
-}
+static const struct sbx_flags flags = {
+    .flag = options,
+    .n = SBX_ARRAY_SIZE(options),
+    .prog = "sandboxd",
+    .version = SANDBOXD_VERSION,
+    .synopsis = "usage: sandboxd [flags] [-- command [args...]]\n\n"
+                "With a command, sandboxd runs it as the main process (stdio passed through,\n"
+                "signals forwarded) and exits with its status once it exits and the rest drains.\n",
+};
 
 /* Returns 0 to run, 1 to exit successfully (--version, --help), -1 on bad usage. */
 static int parse_args(int argc, char **argv)
 {
-    struct option longopts[SBX_ARRAY_SIZE(options) + 3];
-    int c, idx;
+    bool dashdash;
+    int rest, r = sbx_flags_parse(&flags, argc, argv, &rest, &dashdash);
 
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(options); i++)
-        longopts[i] = (struct option){
-            options[i].name, options[i].parse ? required_argument : no_argument, NULL, (int)i};
-    longopts[SBX_ARRAY_SIZE(options)] = (struct option){"version", no_argument, NULL, 'V'};
-    longopts[SBX_ARRAY_SIZE(options) + 1] = (struct option){"help", no_argument, NULL, 'h'};
-    longopts[SBX_ARRAY_SIZE(options) + 2] = (struct option){0};
-    /* "+": stop at the first non-flag, so the command's own flags are left alone. */
-    while ((c = getopt_long_only(argc, argv, "+", longopts, &idx)) != -1) {
-        if (c == 'V') {
-            printf("sandboxd %s\n", SANDBOXD_VERSION);
-            return 1;
-        }
-        if (c == 'h') {
-            usage(stdout);
-            return 1;
-        }
-        if (c < 0 || (size_t)c >= SBX_ARRAY_SIZE(options)) {
-            usage(stderr);
-            return -1;
-        }
-        if (!options[c].parse) {
-            *(bool *)options[c].dst = true;
-            continue;
-        }
-        if (options[c].parse(optarg, options[c].dst) < 0) {
-            fprintf(stderr, "sandboxd: invalid value \"%s\" for --%s\n", optarg, options[c].name);
-            return -1;
-        }
-    }
-    if (optind < argc && optind > 0 && strcmp(argv[optind - 1], "--") == 0) {
-        arg_command = &argv[optind];
-    } else if (optind < argc) {
+    if (r != 0)
+        return r;
+    if (rest < argc && dashdash) {
+        arg_command = &argv[rest];
+    } else if (rest < argc) {
         fprintf(stderr, "sandboxd: unexpected argument \"%s\" (a command goes after --)\n",
-                argv[optind]);
+                argv[rest]);
         return -1;
     }
     return 0;
