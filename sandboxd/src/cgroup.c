@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -21,6 +22,9 @@ enum { CTL_MEMORY, CTL_PIDS, N_CTL };
 /* A cgroup's directory (ours, PATH_MAX at most, plus a name), and a file in it. */
 #define DIR_MAX       (PATH_MAX + 256)
 #define FILE_PATH_MAX (DIR_MAX + 64)
+
+/* SIGKILL rounds of sbx_cgroup_signal, 1 ms apart, until the member list is empty. */
+#define KILL_ROUNDS 200
 
 static const char *const ctl_names[N_CTL] = {"memory", "pids"};
 
@@ -345,15 +349,41 @@ static int scan_members(struct sbx_pidset *set, void *arg)
     return added;
 }
 
+/* Sends SIGKILL to the members a scan finds; how many it found. */
+static int kill_members(const char *dir)
+{
+    char path[FILE_PATH_MAX];
+    _cleanup_fclose_ FILE *f = NULL;
+    long pid;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    f = fopen(path, "re");
+    while (f && fscanf(f, "%ld", &pid) == 1)
+        if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
+            n++;
+    return n;
+}
+
 int sbx_cgroup_signal(struct sbx_cgroup *g, int sig)
 {
     struct sbx_pidset set = {0};
     const char *dirs[N_CTL];
+    const struct timespec pause = {.tv_nsec = 1000 * 1000};
+    int n;
 
     if (dirs_of(g, dirs) == 0)
         return 0;
     /* Every member is stopped first (rounds until none is new), so that none forks away. */
-    return sbx_pidset_signal(&set, scan_members, (void *)dirs[0], sig);
+    n = sbx_pidset_signal(&set, scan_members, (void *)dirs[0], sig);
+    /* A killed member leaves the cgroup when it has exited: until the list is empty (bounded),
+     * whatever is still listed is killed again, in case it escaped the stop. */
+    for (int round = 0; sig == SIGKILL && round < KILL_ROUNDS; round++) {
+        if (kill_members(dirs[0]) == 0)
+            break;
+        nanosleep(&pause, NULL);
+    }
+    return n;
 }
 
 bool sbx_cgroup_oom_killed(struct sbx_cgroup *g)

@@ -16,7 +16,8 @@ bool sbx_pidset_has(const struct sbx_pidset *s, pid_t pid);
 int sbx_pidset_stop_add(struct sbx_pidset *s, pid_t pid);
 
 /* Grows set with scan (which adds members with sbx_pidset_stop_add and returns how many were new,
- * or -errno) until a round finds none, so that no member forks away; then sends sig to every
+ * or -errno) until a round finds none, waiting before each round until the members found so far
+ * have stopped (bounded), so that no member forks away; then sends sig to every
  * member and, unless sig is SIGKILL or SIGSTOP, continues them. Frees the set. Returns how many
  * were signalled, or -errno when none was. */
 int sbx_pidset_signal(struct sbx_pidset *set, int (*scan)(struct sbx_pidset *set, void *arg),
