@@ -47,10 +47,12 @@ struct pcall {
     int cancelled;
     grpc_byte_buffer *bb;
     grpc_slice details;
-    /* Execute's capture */
+    /* Execute's capture: cap[] taken from budget */
     size_t max_output;
+    struct sbx_budget *budget;
     uint8_t *buf[2];
     size_t len[2], cap[2];
+    bool refused; /* output was dropped for want of budget */
 };
 
 static void pcall_unref(struct pcall *c)
@@ -59,6 +61,7 @@ static void pcall_unref(struct pcall *c)
         return;
     sbx_proc_unref(c->proc);
     sbx_grpc_req_free(c->req);
+    sbx_budget_give(c->budget, c->cap[0] + c->cap[1]);
     free(c->buf[0]);
     free(c->buf[1]);
     free(c);
@@ -151,6 +154,35 @@ static void stream_exit(void *data, const struct sbx_exit *ex)
 
 static const struct sbx_proc_sink stream_sink = {.output = stream_output, .exit = stream_exit};
 
+/* Grows stream s's buffer to hold need bytes (within the cap), when the budget gives the bytes. */
+static void capture_grow(struct pcall *c, enum sbx_stream s, size_t need)
+{
+    size_t cap = c->cap[s] ? c->cap[s] * 2 : 4096, want;
+    uint8_t *nb;
+
+    while (cap < need)
+        cap *= 2;
+    if (cap > c->max_output)
+        cap = c->max_output;
+    want = cap - c->cap[s];
+    cap = c->cap[s] + sbx_budget_take_upto(c->budget, want, want < 4096 ? want : 4096);
+    if (cap - c->cap[s] < want) {
+        if (!c->refused)
+            log_warn(ENOBUFS, "execute: output memory budget (--max-output-memory) exhausted: "
+                              "output dropped");
+        c->refused = true;
+        if (cap == c->cap[s])
+            return;
+    }
+    nb = realloc(c->buf[s], cap);
+    if (!nb) {
+        sbx_budget_give(c->budget, cap - c->cap[s]);
+        return;
+    }
+    c->buf[s] = nb;
+    c->cap[s] = cap;
+}
+
 static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len, bool more)
 {
     struct pcall *c = data;
@@ -161,19 +193,12 @@ static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, si
         len = room; /* over the cap: drained and dropped */
     if (len == 0)
         return;
-    if (c->len[s] + len > c->cap[s]) {
-        size_t cap = c->cap[s] ? c->cap[s] * 2 : 4096;
-        uint8_t *nb;
-        while (cap < c->len[s] + len)
-            cap *= 2;
-        if (cap > c->max_output)
-            cap = c->max_output;
-        nb = realloc(c->buf[s], cap);
-        if (!nb)
-            return;
-        c->buf[s] = nb;
-        c->cap[s] = cap;
-    }
+    if (c->len[s] + len > c->cap[s])
+        capture_grow(c, s, c->len[s] + len);
+    if (len > c->cap[s] - c->len[s])
+        len = c->cap[s] - c->len[s]; /* no memory for more: dropped too */
+    if (len == 0)
+        return;
     memcpy(c->buf[s] + c->len[s], buf, len);
     c->len[s] += len;
 }
@@ -239,6 +264,7 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
         return;
     }
     c->max_output = svc->max_output;
+    c->budget = svc->output_budget;
     o.argv = l.argv;
     o.envp = l.envp;
     o.cwd_fd = l.cwd_fd;

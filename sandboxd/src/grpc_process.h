@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "budget.h"
 #include "error.h"
 #include "grpc_launch.h"
 #include "grpc_server.h"
@@ -14,8 +15,9 @@
 struct sbx_process_service {
     struct sbx_proctab *procs;
     const struct sbx_root *root;
-    size_t max_output; /* bytes kept per stream by Execute */
-    bool draining;     /* set once shutdown began: new processes are refused */
+    size_t max_output;                /* bytes kept per stream by Execute */
+    struct sbx_budget *output_budget; /* what all captures hold at once; NULL: no bound */
+    bool draining;                    /* set once shutdown began: new processes are refused */
 };
 
 struct Process__V1__ProcessConfig;

@@ -383,7 +383,8 @@ static struct sbx_job *job_new(struct sbx_jobs *j, const struct sbx_job_spec *s,
     job->timer.watch.fd = -1;
     pthread_mutex_init(&job->lock, NULL);
     for (int i = 0; i < 2; i++)
-        sbx_ring_init(&job->ring[i], s->ring_bytes ? s->ring_bytes : j->o.ring_bytes);
+        sbx_ring_init(&job->ring[i], s->ring_bytes ? s->ring_bytes : j->o.ring_bytes,
+                      j->o.output_budget);
     job->argv = copy_argv(s->proc.argv);
     job->tag = strdup(s->tag ? s->tag : "");
     if (!job->argv || !job->tag) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "budget.h"
 #include "error.h"
 #include "loop.h"
 #include "cgroup.h"
@@ -33,9 +34,10 @@ enum sbx_signal_scope {
 };
 
 struct sbx_jobs_opts {
-    size_t ring_bytes;  /* output held per stream */
-    uint64_t retain_ms; /* an exited job is kept this long */
-    size_t max_exited;  /* and at most this many exited jobs (the oldest go first) */
+    size_t ring_bytes;                /* output held per stream */
+    struct sbx_budget *output_budget; /* what all rings hold at once; NULL: no bound */
+    uint64_t retain_ms;               /* an exited job is kept this long */
+    size_t max_exited;                /* and at most this many exited jobs (the oldest go first) */
     uint64_t default_grace_ms;
     struct sbx_cgroups *cgroups; /* NULL: no cgroups */
     const char *cgroups_why;     /* why not, when NULL */

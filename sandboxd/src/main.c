@@ -30,6 +30,7 @@
 #include "http_server.h"
 #include "log.h"
 #include "loop.h"
+#include "metrics.h"
 #include "parse.h"
 #include "path.h"
 #include "proc.h"
@@ -63,6 +64,7 @@ static long long arg_http_max_connections = 2048;
 static long long arg_max_upload_bytes = 16LL << 30;
 static long long arg_max_processes = 1024;
 static long long arg_output_ring_bytes = 1 << 20;
+static long long arg_max_output_memory = 256 << 20;
 static uint64_t arg_exit_retention_ms = 600000;
 static long long arg_max_exited = 256;
 static bool arg_keep_serving;
@@ -87,6 +89,7 @@ static struct {
     struct sbx_cgroups *cgroups;
     struct sbx_error cgroups_why;
     struct sbx_jobs_service jobs_service;
+    struct sbx_budget output_budget; /* --max-output-memory */
     struct sbx_watch signals;
     struct sbx_auth *auth;             /* NULL: no token, everything open */
     struct sock_fprog seccomp;         /* empty: no filter */
@@ -180,6 +183,9 @@ static const struct sbx_flag options[] = {
      "processes at once; beyond, RESOURCE_EXHAUSTED (1024)"},
     {"output-ring-bytes", opt_bytes, &arg_output_ring_bytes,
      "output kept per stream of a spawned process (1048576)"},
+    {"max-output-memory", opt_bytes, &arg_max_output_memory,
+     "process output held in memory at once, all processes together (captures and rings); "
+     "past it, output is dropped as past a per-process cap; 0 for no bound (256 MiB)"},
     {"exit-retention", sbx_flag_duration, &arg_exit_retention_ms,
      "how long an exited spawned process and its output are kept (10m)"},
     {"max-exited", opt_count, &arg_max_exited,
@@ -637,6 +643,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
     struct sbx_jobs_opts jo = {.cgroups = open_cgroups(),
                                .cgroups_why = d.cgroups_why.msg,
                                .ring_bytes = (size_t)arg_output_ring_bytes,
+                               .output_budget = &d.output_budget,
                                .retain_ms = arg_exit_retention_ms,
                                .max_exited = (size_t)arg_max_exited,
                                .default_grace_ms = arg_termination_grace_ms};
@@ -646,6 +653,8 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
                                .auth = d.auth};
     int r;
 
+    sbx_budget_init(&d.output_budget, (size_t)arg_max_output_memory);
+    sbx_metrics_watch_output(&d.output_budget);
     if ((r = sbx_root_open(root, arg_root_dir, err)) < 0 || (r = sbx_loop_new(&d.loop, err)) < 0 ||
         (r = sbx_loop_add(d.loop, &d.signals, EPOLLIN, err)) < 0 ||
         (r = sbx_timer_init(&d.kill_timer, d.loop, kill_expired, err)) < 0 ||
@@ -660,6 +669,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
     d.process.procs = d.procs;
     d.process.root = root;
     d.process.max_output = (size_t)arg_max_output_bytes;
+    d.process.output_budget = &d.output_budget;
     d.jobs_service = (struct sbx_jobs_service){.jobs = d.jobs,
                                                .root = root,
                                                .max_output = (size_t)arg_max_output_bytes,

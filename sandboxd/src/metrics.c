@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "budget.h"
 #include "cleanup.h"
 
 #define GRPC_CODES 17
@@ -19,6 +20,7 @@ static struct {
     uint64_t started, exited;
     uint64_t spawn_buckets[SBX_ARRAY_SIZE(buckets)];
     uint64_t spawn_count, spawn_ns_sum;
+    const struct sbx_budget *output;
 } m;
 
 static const char *const grpc_names[GRPC_CODES] = {
@@ -84,6 +86,28 @@ void sbx_metrics_process_exited(void)
     add(&m.exited, 1);
 }
 
+void sbx_metrics_watch_output(const struct sbx_budget *b)
+{
+    __atomic_store_n(&m.output, b, __ATOMIC_RELEASE);
+}
+
+static void render_output(FILE *f)
+{
+    const struct sbx_budget *b = __atomic_load_n(&m.output, __ATOMIC_ACQUIRE);
+
+    if (!b)
+        return;
+    fprintf(f,
+            "# HELP sandboxd_output_memory_bytes Process output held in memory (captures, rings).\n"
+            "# TYPE sandboxd_output_memory_bytes gauge\n"
+            "sandboxd_output_memory_bytes %zu\n"
+            "# HELP sandboxd_output_memory_refused_bytes_total Output buffer growth refused for "
+            "want of budget (--max-output-memory).\n"
+            "# TYPE sandboxd_output_memory_refused_bytes_total counter\n"
+            "sandboxd_output_memory_refused_bytes_total %llu\n",
+            sbx_budget_used(b), (unsigned long long)sbx_budget_refused(b));
+}
+
 char *sbx_metrics_render(size_t *len)
 {
     char *buf = NULL;
@@ -134,6 +158,7 @@ char *sbx_metrics_render(size_t *len)
             "sandboxd_spawn_duration_seconds_count %llu\n",
             (unsigned long long)get(&m.spawn_count), (double)get(&m.spawn_ns_sum) / 1e9,
             (unsigned long long)get(&m.spawn_count));
+    render_output(f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

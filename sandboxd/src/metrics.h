@@ -18,5 +18,9 @@ void sbx_metrics_bytes_out(uint64_t n);
 void sbx_metrics_process_started(uint64_t spawn_ns);
 void sbx_metrics_process_exited(void);
 
+/* The output budget whose use and refusals are rendered (NULL: none). */
+struct sbx_budget;
+void sbx_metrics_watch_output(const struct sbx_budget *b);
+
 /* Renders every metric in the Prometheus text format into a malloc'ed string. */
 char *sbx_metrics_render(size_t *len);

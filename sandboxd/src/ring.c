@@ -3,14 +3,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sbx_ring_init(struct sbx_ring *r, size_t max)
+void sbx_ring_init(struct sbx_ring *r, size_t max, struct sbx_budget *budget)
 {
     memset(r, 0, sizeof(*r));
     r->max = max;
+    r->budget = budget;
 }
 
 void sbx_ring_release(struct sbx_ring *r)
 {
+    sbx_budget_give(r->budget, r->cap);
     free(r->buf);
     r->buf = NULL;
     r->cap = 0;
@@ -39,14 +41,22 @@ static void grow(struct sbx_ring *r, size_t need)
         cap = r->max;
     if (cap <= r->cap)
         return;
+    /* What the budget gives, down to a page's worth: a ring near the bound grows less. */
+    cap = r->cap +
+          sbx_budget_take_upto(r->budget, cap - r->cap, cap - r->cap < 4096 ? cap - r->cap : 4096);
+    if (cap == r->cap)
+        return;
     n = *r;
     n.buf = malloc(cap);
-    if (!n.buf)
+    if (!n.buf) {
+        sbx_budget_give(r->budget, cap - r->cap);
         return;
+    }
     n.cap = cap;
     if (held) {
         uint8_t *tmp = malloc(held);
         if (!tmp) {
+            sbx_budget_give(r->budget, cap - r->cap);
             free(n.buf);
             return;
         }

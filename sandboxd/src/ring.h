@@ -6,17 +6,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget.h"
+
 struct sbx_ring {
     uint8_t *buf;
-    size_t cap; /* allocated */
-    size_t max; /* largest cap */
+    size_t cap;                /* allocated, taken from budget */
+    size_t max;                /* largest cap */
+    struct sbx_budget *budget; /* NULL: none */
     uint64_t start, end;
 };
 
-void sbx_ring_init(struct sbx_ring *r, size_t max);
+/* A ring grows up to max as long as budget (NULL: none) gives it the bytes. */
+void sbx_ring_init(struct sbx_ring *r, size_t max, struct sbx_budget *budget);
 void sbx_ring_release(struct sbx_ring *r);
 
-/* Appends len bytes, dropping the oldest when full (or when growing fails). */
+/* Appends len bytes, dropping the oldest when full (or when growing fails or the budget has no
+ * room). */
 void sbx_ring_append(struct sbx_ring *r, const uint8_t *data, size_t len);
 
 /* Copies up to n bytes held from offset on (from start when offset is older) into out; sets
