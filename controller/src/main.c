@@ -200,6 +200,7 @@ int main(int argc, char **argv)
     sigset_t set;
     int r;
 
+    sbx_log_name = "sandboxd-controller";
     r = parse_args(argc, argv);
     if (r != 0)
         return r > 0 ? 0 : 2;

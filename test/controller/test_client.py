@@ -108,3 +108,5 @@ def test_bad_start_up_says_why(tmp_path):
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == rc, (args, p.stderr)
         assert words in p.stderr, (args, p.stderr)
+        if rc == 1:  # a log line (flag errors are plain usage text): it names the controller
+            assert " sandboxd-controller error: " in p.stderr, p.stderr
