@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--every", type=float, default=10)
+    ap.add_argument("--table", help="also write the outcome as a markdown table to this file "
+                                    "(the shape bench/report.py reads)")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="sandboxd-soak-")
@@ -171,6 +173,20 @@ def main():
           f"daemon exit {rc}")
     for e in errors[:5]:
         print("  ", e)
+    if a.table:
+        calls = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        rows = [
+            ("measure", "ours", "reference", "floor / pipe", "ratio", "target", "result"),
+            ("---",) * 7,
+            (f"soak {a.minutes:g} min, daemon RSS KiB, first third -> last third", f"{rss0:.0f} -> {rss1:.0f}",
+             "", "", f"{rss1 / rss0:.2f}×", "≤ 1.10× + 2 MiB", "PASS" if flat_rss else "FAIL"),
+            (f"soak {a.minutes:g} min, probe Execute p50 µs, first third -> last third", f"{p0:.0f} -> {p1:.0f}",
+             "", "", f"{p1 / p0:.2f}×", "≤ 1.5×", "PASS" if flat_lat else "FAIL"),
+            (f"soak {a.minutes:g} min: errors, daemon exit status ({calls})", f"{len(errors)}, {rc}",
+             "", "", "", "0, 0", "PASS" if not errors and rc == 0 else "FAIL"),
+        ]
+        with open(a.table, "w") as f:
+            f.write("".join("| " + " | ".join(r) + " |\n" for r in rows))
     return 0 if flat_rss and flat_lat and not errors and rc == 0 else 1
 
 
