@@ -22,7 +22,7 @@ import (
 const usage = `usage: sbx [connection flags] COMMAND [flags] [args]
 
 commands:
-  exec [-i] [-t] [-e K=V]... [-w DIR] [--timeout D] -- CMD [ARGS...]
+  exec [-i] [-t] [-e K=V]... [-w DIR] [--timeout D] [--seccomp default|off] -- CMD [ARGS...]
                        run a command; its output streams, its exit status is sbx's
   shell [--shell CMD]  an interactive shell on a terminal (raw mode, resized with the window)
   cp SRC DST           copy a file or a directory tree; the sandbox side is written :PATH
@@ -33,7 +33,8 @@ commands:
   mv [-f] FROM TO      move a path within the sandbox
 
 processes that outlive sbx (sandboxd.v1.Processes):
-  run [-i] [-t] [--tag T] [-e K=V]... [-w DIR] [--timeout D] [--grace D] -- CMD [ARGS...]
+  run [-i] [-t] [--tag T] [-e K=V]... [-w DIR] [--timeout D] [--grace D] [--seccomp P]
+      -- CMD [ARGS...]
                        start a process in the background; prints its id
   ps [--tag T]         list them: state, exit detail, output written
   logs [-f] [--from N] [--stderr-from N] ID
