@@ -235,3 +235,12 @@ def test_python_sandbox_from_a_template_without_pool(site, sdk_python):
     p = run([str(sdk_python), "-c", COLD], site.env())
     assert p.stdout.split() == ["Sandbox", "cold-1", "cat"]
     site.wait_gone("cold-1")
+
+
+def test_go_sdk(site, go_bins):
+    warm = site.serve_warm()
+    p = run([str(go_bins / "k8s.test"), "-test.v", "-test.count=1"],
+            site.env(SBX_TEST_POOL="p", SBX_TEST_WARM=warm))
+    assert "--- PASS: TestClaimRunRelease" in p.stdout and "SKIP" not in p.stdout, p.stdout
+    assert "--- PASS: TestErrorsAndNames" in p.stdout, p.stdout
+    assert site.claims() == []
