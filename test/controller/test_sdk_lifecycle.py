@@ -244,3 +244,48 @@ def test_go_sdk(site, go_bins):
     assert "--- PASS: TestClaimRunRelease" in p.stdout and "SKIP" not in p.stdout, p.stdout
     assert "--- PASS: TestErrorsAndNames" in p.stdout, p.stdout
     assert site.claims() == []
+
+
+def test_sbx_claim_exec_release_and_kubectl_plugin(site, go_bins):
+    warm = site.serve_warm()
+    sbx = str(go_bins / "sbx")
+    env = site.env()
+    flags = ["--namespace", site.ns]
+    c = json.loads(run([sbx, "claim", "--pool", "p", "--wait", "--output", "json", *flags], env).stdout)
+    assert (c["kind"], c["sandbox"], c["ready"], c["pod_ip"]) == ("SandboxClaim", warm, True, "127.0.0.1")
+    assert (c["grpc_port"], c["rest_port"]) == (site.grpc_port, site.rest_port)
+    assert "token" not in json.dumps(c), "the token is not printed"
+    name = c["name"]
+    assert site.claims() == [name]
+    # --sandbox finds the address and the token through the cluster (claim or Sandbox name).
+    p = run([sbx, "exec", "--sandbox", name, *flags, "--", "sh", "-c", "echo hi; exit 3"], env, ok=False)
+    assert (p.returncode, p.stdout) == (3, "hi\n"), p.stderr
+    r = json.loads(run([sbx, "--output", "json", "--sandbox", warm, *flags, "exec", "--seccomp",
+                        "off", "--", "echo", "x"], env).stdout)
+    assert (r["exit_code"], r["stdout"]) == (0, "x\n")
+    p = run([sbx, "exec", "--sandbox", "nope", *flags, "--", "true"], env, ok=False)
+    assert p.returncode == 1 and "NOT_FOUND" in p.stderr, p.stderr
+    p = run([sbx, "claim", *flags], env, ok=False)
+    assert p.returncode == 2
+
+    # kubectl finds kubectl-sandbox on PATH and runs it with the rest of its arguments.
+    kubectl = TOOLS / "kubectl"
+    if os.access(kubectl, os.X_OK):
+        kenv = dict(env, PATH=f"{go_bins}:{env.get('PATH', '')}")
+        p = run([str(kubectl), "plugin", "list"], kenv)
+        assert str(go_bins / "kubectl-sandbox") in p.stdout, p.stdout
+        p = run([str(kubectl), "sandbox", "exec", "--sandbox", name, *flags, "--", "cat", "/proc/self/comm"], kenv)
+        assert p.stdout == "cat\n"
+        p = run([str(kubectl), "sandbox"], kenv, ok=False)
+        assert p.returncode == 2 and p.stderr.startswith("usage: kubectl sandbox "), p.stderr
+        released = run([str(kubectl), "sandbox", "release", "--wait", "--output", "json", *flags, name], kenv)
+    else:
+        print(f"kubectl not found at {kubectl} (scripts/k8s-tools.sh builds it): the plugin "
+              "is tested under its name kubectl-sandbox alone")
+        released = run([str(go_bins / "kubectl-sandbox"), "release", "--wait", "--output", "json",
+                        *flags, name], env)
+    assert json.loads(released.stdout) == {"released": [{"kind": "SandboxClaim", "name": name}]}
+    assert site.claims() == []
+    site.wait_gone(warm)
+    p = run([sbx, "release", *flags, name], env, ok=False)
+    assert p.returncode == 1 and "NOT_FOUND" in p.stderr
