@@ -87,7 +87,9 @@ class Site:
         return base64.b64decode(sec["data"]["token"]).decode()
 
     def serve(self, token):
-        self.stop()
+        # Once per test: the ports of a daemon just stopped may not be bound again at once
+        # (connections in TIME_WAIT), and each test has ports of its own.
+        assert self.daemon is None, "one sandboxd per test"
         self.daemon = Daemon(self, token)
 
     def serve_warm(self):
@@ -289,3 +291,56 @@ def test_sbx_claim_exec_release_and_kubectl_plugin(site, go_bins):
     site.wait_gone(warm)
     p = run([sbx, "release", *flags, name], env, ok=False)
     assert p.returncode == 1 and "NOT_FOUND" in p.stderr
+
+
+MCP = r"""
+import asyncio, json, os, sys
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+async def main(args):
+    server = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "sandboxd.mcp_server", *args], env=dict(os.environ))
+    out = {}
+    async with Client(server, read_timeout_seconds=120) as c:
+        out["tools"] = sorted(t.name for t in (await c.list_tools()).tools)
+
+        async def call(name, **kw):
+            r = await c.call_tool(name, kw)
+            return ("error: " + r.content[0].text) if r.is_error else r.structured_content["result"]
+        if "--pool" not in args:
+            out["before"] = await call("run", command="true")
+            out["claim"] = await call("claim_sandbox", pool="p", timeout_seconds=60)
+            out["twice"] = await call("claim_sandbox", pool="p")
+        out["run"] = await call("run", command="echo from $(cat /proc/self/comm)")
+        if "--pool" not in args:
+            out["release"] = await call("release_sandbox")
+            out["after"] = await call("run", command="true")
+    print(json.dumps(out))
+
+asyncio.run(main(sys.argv[1:]))
+"""
+
+
+def test_mcp_server_claims_and_releases(site, sdk_python):
+    warm = site.serve_warm()
+    out = json.loads(run([str(sdk_python), "-c", MCP, "--namespace", site.ns], site.env()).stdout)
+    assert {"claim_sandbox", "release_sandbox", "run", "upload"} <= set(out["tools"])
+    assert out["before"].startswith("error: ") and "FAILED_PRECONDITION: no sandbox yet" in out["before"]
+    assert (out["claim"]["sandbox"], out["claim"]["pod_ip"]) == (warm, "127.0.0.1")
+    assert "FAILED_PRECONDITION" in out["twice"] and warm in out["twice"]
+    assert (out["run"]["exit_code"], out["run"]["stdout"]) == (0, "from cat\n")
+    assert out["release"]["sandbox"] == warm
+    assert out["after"].startswith("error: ") and "FAILED_PRECONDITION" in out["after"]
+    assert site.claims() == []
+    site.wait_gone(warm)
+
+
+def test_mcp_server_with_a_pool(site, sdk_python):
+    """--pool: a sandbox claimed at start-up, released when the server exits."""
+    warm = site.serve_warm()
+    out = json.loads(run([str(sdk_python), "-c", MCP, "--namespace", site.ns, "--pool", "p"],
+                         site.env()).stdout)
+    assert out["run"]["stdout"] == "from cat\n"
+    assert site.claims() == []
+    site.wait_gone(warm)
