@@ -172,9 +172,9 @@ def test_python_readme_example_claims_runs_and_releases(site, sdk_python):
 
 
 PY_CASES = r"""
-import json, os
+import asyncio, json, os
 from sandboxd import errors
-from sandboxd.k8s import SandboxClient
+from sandboxd.k8s import AsyncSandboxClient, SandboxClient
 
 out = {}
 with SandboxClient(namespace=os.environ["SANDBOX_NAMESPACE"]) as client:  # $KUBECONFIG
@@ -195,6 +195,17 @@ with SandboxClient(namespace=os.environ["SANDBOX_NAMESPACE"]) as client:  # $KUB
             sb.run("true")
     except errors.UnauthenticatedError as e:
         out["wrong_token"] = e.code
+
+    async def aio():
+        async with AsyncSandboxClient(os.environ["SANDBOX_NAMESPACE"]) as ac:
+            try:
+                await ac.claim("no-such-pool")
+            except errors.NotFoundError as e:
+                out["aio_missing_pool"] = e.code
+            async with await ac.get("by-template") as sb:  # not its own: left in place
+                out["aio_run"] = [sb.sandbox_name, (await sb.run("echo aio")).stdout.decode()]
+    asyncio.run(aio())
+    out["kept"] = client.get("by-template").name
     lease.delete(wait=30)
 print(json.dumps(out))
 """
@@ -212,6 +223,9 @@ def test_python_template_get_errors(site, sdk_python):
     assert out["run"] == "42\n"
     assert out["again"] == warm
     assert out["wrong_token"] == "UNAUTHENTICATED"
+    assert out["aio_missing_pool"] == "NOT_FOUND"
+    assert out["aio_run"] == [warm, "aio\n"]
+    assert out["kept"] == "by-template", "a lease from get() is not deleted on exit"
     assert site.claims() == []
     site.wait_gone(warm)
 

@@ -10,6 +10,8 @@
     with client.create_sandbox(template="python") as sb:   # a pool of that template, else a
         ...                                                # Sandbox made from the template
 
+AsyncSandboxClient is the same for asyncio (`async with await client.claim(pool) as sb`).
+
 A handle (SandboxLease) is created at once; entering it waits until the sandbox is Ready,
 reads its address (the pod IP from the Sandbox status, the ports from the pod's
 sandboxd-grpc/sandboxd-http container ports) and its token (the per-sandbox Secret the
@@ -19,12 +21,15 @@ Every API call is bounded by `timeout`, every wait by its own timeout.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
 
 from . import errors
+from .aio import AsyncSandbox
 from .client import Sandbox
 
 try:
@@ -365,4 +370,95 @@ class SandboxLease:
         sb = self.__dict__.get("sandbox")
         if sb is None:
             raise AttributeError(f"{attr}: the sandbox is not connected (use `with` or connect())")
+        return getattr(sb, attr)
+
+
+class AsyncSandboxClient:
+    """SandboxClient for asyncio: the same methods, awaited. The Kubernetes calls run in a
+    worker thread (the official client is synchronous); the connection is an AsyncSandbox.
+
+        async with AsyncSandboxClient("agents") as client:
+            async with await client.claim("python-pool") as sb:
+                r = await sb.run("echo hi")
+    """
+
+    def __init__(self, namespace: Optional[str] = None, **kw: Any) -> None:
+        self.sync = SandboxClient(namespace, **kw)
+        self.namespace = self.sync.namespace
+
+    async def _lease(self, fn: Callable[..., SandboxLease], *a: Any,
+                     **kw: Any) -> "AsyncSandboxLease":
+        return AsyncSandboxLease(await asyncio.to_thread(functools.partial(fn, *a, **kw)))
+
+    async def claim(self, pool: str, **kw: Any) -> "AsyncSandboxLease":
+        return await self._lease(self.sync.claim, pool, **kw)
+
+    async def create_sandbox(self, template: str, **kw: Any) -> "AsyncSandboxLease":
+        return await self._lease(self.sync.create_sandbox, template, **kw)
+
+    async def get(self, name: str, **kw: Any) -> "AsyncSandboxLease":
+        return await self._lease(self.sync.get, name, **kw)
+
+    async def delete(self, name: str, **kw: Any) -> None:
+        await asyncio.to_thread(functools.partial(self.sync.delete, name, **kw))
+
+    async def close(self) -> None:
+        self.sync.close()
+
+    async def __aenter__(self) -> "AsyncSandboxClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncSandboxLease:
+    """SandboxLease for asyncio: `async with` waits Ready, connects an AsyncSandbox (whose
+    methods it then has) and deletes what it created on the way out. The lease's attributes
+    (sandbox_name, pod_ip, ...) are its own."""
+
+    def __init__(self, lease: SandboxLease) -> None:
+        self.lease = lease
+        self.sandbox: Optional[AsyncSandbox] = None
+
+    async def wait_ready(self, timeout: Optional[float] = None) -> "AsyncSandboxLease":
+        await asyncio.to_thread(self.lease.wait_ready, timeout)
+        return self
+
+    async def connect(self, **kw: Any) -> AsyncSandbox:
+        if not (self.lease.ready and self.lease._resolved):
+            await self.wait_ready()
+        kw.setdefault("timeout", self.lease.client.timeout)
+        kw.setdefault("token", self.lease.token or "")
+        self.sandbox = AsyncSandbox(str(self.lease.pod_ip), grpc_port=self.lease.grpc_port,
+                                    rest_port=self.lease.rest_port, **kw)
+        return self.sandbox
+
+    async def delete(self, wait: float = 0.0) -> None:
+        if self.sandbox is not None:
+            await self.sandbox.close()
+        await asyncio.to_thread(self.lease.delete, wait)
+
+    async def __aenter__(self) -> "AsyncSandboxLease":
+        try:
+            await self.connect()
+        except BaseException:
+            if self.lease.owned:
+                await self.delete()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self.sandbox is not None:
+            await self.sandbox.close()
+        if self.lease.owned:
+            await asyncio.to_thread(self.lease.delete)
+
+    def __getattr__(self, attr: str) -> Any:
+        lease = self.__dict__["lease"]
+        if attr in lease.__dict__ or hasattr(type(lease), attr):
+            return getattr(lease, attr)
+        sb = self.__dict__.get("sandbox")
+        if sb is None:
+            raise AttributeError(f"{attr}: the sandbox is not connected (use `async with`)")
         return getattr(sb, attr)
