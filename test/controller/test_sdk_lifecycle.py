@@ -174,9 +174,9 @@ def test_python_readme_example_claims_runs_and_releases(site, sdk_python):
 PY_CASES = r"""
 import asyncio, json, os
 from sandboxd import errors
-from sandboxd.k8s import AsyncSandboxClient, SandboxClient
+from sandboxd.k8s import AsyncSandboxClient, SandboxClient, name_hash
 
-out = {}
+out = {"hash": name_hash("tpl")}
 with SandboxClient(namespace=os.environ["SANDBOX_NAMESPACE"]) as client:  # $KUBECONFIG
     try:
         client.claim("no-such-pool")
@@ -213,9 +213,12 @@ print(json.dumps(out))
 
 def test_python_template_get_errors(site, sdk_python):
     warm = site.serve_warm()
+    labels = site.k.get(*SB, site.ns, warm)["spec"]["podTemplate"]["metadata"]["labels"]
     p = run([str(sdk_python), "-c", PY_CASES], site.env())
     out = json.loads(p.stdout)
     assert out["missing_pool"] == "NOT_FOUND"
+    # The SDK labels a Sandbox it makes from a template as the controller labels its own.
+    assert labels["agents.x-k8s.io/sandbox-template-ref-hash"] == out["hash"]
     assert out["kind"] == "SandboxClaim", "a template with a pool is claimed from it"
     info = out["info"]
     assert (info["sandbox"], info["pod_ip"], info["ready"]) == (warm, "127.0.0.1", True)
@@ -255,8 +258,10 @@ def test_python_sandbox_from_a_template_without_pool(site, sdk_python):
 
 def test_go_sdk(site, go_bins):
     warm = site.serve_warm()
+    labels = site.k.get(*SB, site.ns, warm)["spec"]["podTemplate"]["metadata"]["labels"]
     p = run([str(go_bins / "k8s.test"), "-test.v", "-test.count=1"],
-            site.env(SBX_TEST_POOL="p", SBX_TEST_WARM=warm))
+            site.env(SBX_TEST_POOL="p", SBX_TEST_WARM=warm,
+                     SBX_TEST_TEMPLATE_HASH=labels["agents.x-k8s.io/sandbox-template-ref-hash"]))
     assert "--- PASS: TestClaimRunRelease" in p.stdout and "SKIP" not in p.stdout, p.stdout
     assert "--- PASS: TestErrorsAndNames" in p.stdout, p.stdout
     assert site.claims() == []

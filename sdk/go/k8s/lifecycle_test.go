@@ -42,7 +42,6 @@ func TestErrorsAndNames(t *testing.T) {
 	if _, err := kc.Get(ctx, k8s.KindClaim, "no-such-claim"); !errors.Is(err, sandboxd.ErrNotFound) {
 		t.Fatalf("a missing claim: %v", err)
 	}
-	// The warm sandbox carries the controller's hash of its template's name.
 	l, err := kc.Get(ctx, k8s.KindSandbox, warm)
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +59,10 @@ func TestErrorsAndNames(t *testing.T) {
 	}
 	if k8s.TokenSecretName("a") != "a-sandboxd-token" || len(k8s.TokenSecretName(string(make([]byte, 300)))) > 253 {
 		t.Fatal("token secret names")
+	}
+	// The pool's sandboxes carry the controller's hash of their template's name.
+	if h := os.Getenv("SBX_TEST_TEMPLATE_HASH"); k8s.NameHash("tpl") != h {
+		t.Fatalf("NameHash(tpl) = %s, the controller's %s", k8s.NameHash("tpl"), h)
 	}
 }
 
