@@ -90,12 +90,15 @@ def _api(what: str, fn: Callable[..., T], *a: Any, **kw: Any) -> T:
 def _api_client(kubeconfig: Optional[str], context: Optional[str]) -> Any:
     if kubernetes is None:
         raise ImportError("sandboxd.k8s needs the kubernetes package: pip install 'sandboxd[k8s]'")
-    if kubeconfig is None and not os.environ.get("KUBECONFIG") and os.environ.get(
-            "KUBERNETES_SERVICE_HOST"):
-        cfg = kubernetes.client.Configuration()
-        kubernetes.config.load_incluster_config(client_configuration=cfg)
-        return kubernetes.client.ApiClient(cfg)
-    return kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context)
+    try:
+        if kubeconfig is None and not os.environ.get("KUBECONFIG") and os.environ.get(
+                "KUBERNETES_SERVICE_HOST"):
+            cfg = kubernetes.client.Configuration()
+            kubernetes.config.load_incluster_config(client_configuration=cfg)
+            return kubernetes.client.ApiClient(cfg)
+        return kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context)
+    except kubernetes.config.ConfigException as e:
+        raise errors.InvalidArgumentError(f"kubernetes config: {e}") from None
 
 
 def _default_namespace(kubeconfig: Optional[str], context: Optional[str]) -> str:
