@@ -2,7 +2,7 @@
 # Builds the Kubernetes parts the controller's tests run against into $SANDBOXD_TOOLS (default
 # ~/.cache/sandboxd/bin), outside the repo: a real kube-apiserver and kube-scheduler from the
 # k8s.io/kubernetes Go module, etcd from its Go module, and kwok (which plays the kubelets of fake
-# Nodes, so scheduled Pods become Running with IPs). Each binary carries a version stamp, so a second run
+# Nodes, so scheduled Pods become Running with IPs); kubectl too, to run sbx as its plugin. Each binary carries a version stamp, so a second run
 # returns at once. Called by scripts/setup.sh; runs alone too.
 #
 # k8s.io/kubernetes cannot be built with `go install`: its go.mod replaces each k8s.io staging
@@ -84,3 +84,5 @@ build_wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/ser
 build_wrapped kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 build_kube kube-apiserver
 build_kube kube-scheduler
+# kubectl, to test sbx as a kubectl plugin (`kubectl sandbox ...`) for real.
+build_kube kubectl

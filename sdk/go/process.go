@@ -111,7 +111,7 @@ func buildConfig(cmd []string, opts []ProcOption) (*pb.ProcessConfig, *procConfi
 	}
 	if pc.ext != nil {
 		return nil, nil, &Error{Code: "INVALID_ARGUMENT", Message: "Tag, OpenStdin, Grace, User, Rlimit, " +
-			"MemoryLimit and PidsLimit need Spawn or RunProcess (sandboxd.v1)"}
+			"MemoryLimit, PidsLimit and Seccomp need Spawn or RunProcess (sandboxd.v1)"}
 	}
 	return &pb.ProcessConfig{Command: cmd, EnvVars: pc.env, Cwd: pc.dir}, pc, nil
 }

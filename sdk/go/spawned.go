@@ -121,6 +121,12 @@ func MemoryLimit(bytes uint64) ProcOption {
 // PidsLimit bounds the processes and threads of its whole tree (Spawn, RunProcess).
 func PidsLimit(n uint64) ProcOption { return func(p *procConfig) { p.limits().Pids = n } }
 
+// Seccomp picks the seccomp profile of the process: "default", "off", or "" for the daemon's
+// own (its --seccomp). The daemon refuses any other value (ErrInvalidArgument). "off" is for
+// a process that needs what the profile refuses (mount in a namespace of its own, a tracer);
+// the sandbox's runtime stays the boundary (Spawn, RunProcess).
+func Seccomp(profile string) ProcOption { return func(p *procConfig) { p.spec().Seccomp = profile } }
+
 func (p *procConfig) spec() *xpb.ProcessSpec {
 	if p.ext == nil {
 		p.ext = &xpb.ProcessSpec{}
@@ -165,7 +171,7 @@ func (c *Client) xcall(ctx context.Context) (context.Context, context.CancelFunc
 
 // Spawn starts a process that runs until it exits, whoever is attached. Options: Env, Dir,
 // Tag, OpenStdin, PTY, Timeout (SIGTERM to its tree, SIGKILL after Grace), User, Rlimit,
-// MemoryLimit, PidsLimit.
+// MemoryLimit, PidsLimit, Seccomp.
 func (c *Client) Spawn(ctx context.Context, cmd []string, opts ...ProcOption) (*Spawned, error) {
 	s, pc, err := buildSpec(cmd, opts)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,4 +209,46 @@ func mustRunProcess(t *testing.T, c *sandboxd.Client, cmd []string, opts ...sand
 		t.Fatal(err)
 	}
 	return r
+}
+
+// seccompFilters is the number of seccomp filters the command's process runs under.
+const seccompProbe = "awk '/^Seccomp_filters:/ {print $2}' /proc/self/status"
+
+func filtersOf(t *testing.T, r *sandboxd.Result) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(string(r.Stdout)))
+	if err != nil {
+		t.Fatalf("%q %q: %v", r.Stdout, r.Stderr, err)
+	}
+	return n
+}
+
+func TestSeccompProfiles(t *testing.T) {
+	c := shared.client(t)
+	x := ctx(t)
+	off := filtersOf(t, mustRunProcess(t, c, sandboxd.Shell(seccompProbe), sandboxd.Seccomp("off")))
+	// The daemon runs with --seccomp=default: its profile is one filter more, asked or not.
+	if n := filtersOf(t, mustRunProcess(t, c, sandboxd.Shell(seccompProbe))); n != off+1 {
+		t.Fatalf("daemon's profile: %d filters, off: %d", n, off)
+	}
+	if n := filtersOf(t, mustRunProcess(t, c, sandboxd.Shell(seccompProbe), sandboxd.Seccomp("default"))); n != off+1 {
+		t.Fatalf("default: %d filters, off: %d", n, off)
+	}
+	p := mustSpawn(t, c, sandboxd.Shell(seccompProbe), sandboxd.Seccomp("off"))
+	if _, err := p.Wait(x); err != nil {
+		t.Fatal(err)
+	}
+	a := mustAttach(t, p)
+	var out bytes.Buffer
+	_, err := a.Copy(&out, io.Discard, nil)
+	a.Close()
+	if err != nil || strings.TrimSpace(out.String()) != strconv.Itoa(off) {
+		t.Fatalf("spawned with off: %q %v", out.String(), err)
+	}
+	if _, err := c.RunProcess(x, sandboxd.Shell("true"), sandboxd.Seccomp("strict")); !errors.Is(err, sandboxd.ErrInvalidArgument) {
+		t.Fatalf("an unknown profile: %v", err)
+	}
+	if _, err := c.Run(x, []string{"true"}, sandboxd.Seccomp("off")); !errors.Is(err, sandboxd.ErrInvalidArgument) {
+		t.Fatalf("process.v1 Run must refuse Seccomp: %v", err)
+	}
 }

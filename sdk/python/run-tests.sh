@@ -4,17 +4,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-venv=$("$here/venv.sh")
 if [ -z "${SANDBOXD_BIN:-}" ]; then
   build="${SANDBOXD_SDK_BUILD:-$repo/build/sdk-daemon}"
   cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$build" -j2 --target sandboxd >/dev/null
   export SANDBOXD_BIN="$build/sandboxd/sandboxd"
 fi
-# A regular (not editable) install from a clean build dir: the tests import what a user would
-# get, with stubs generated from proto/ by the build and no stale module carried over.
-rm -rf "$here/build"
-"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
-  --force-reinstall "$here"
+# The tests import the SDK as a user gets it (install.sh: a regular install into the venv).
+venv=$("$here/install.sh")
 cd "$here"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

@@ -203,3 +203,15 @@ async def test_spawned_processes(asb, daemon):
     await s.wait(20)
     async with s.attach() as att:
         assert b"20 60" in await att.output()
+
+
+async def test_spawned_seccomp(asb, daemon):
+    probe = "awk '/^Seccomp_filters:/ {print $2}' /proc/self/status"
+    base = int((await asb.processes.run(probe, seccomp="off")).stdout)
+    assert int((await asb.processes.run(probe, seccomp="default")).stdout) == base + 1
+    p = await asb.processes.spawn(probe, seccomp="off")
+    await p.wait(20)
+    async with p.attach() as att:
+        assert int(await att.output()) == base
+    with pytest.raises(errors.InvalidArgumentError):
+        await asb.processes.spawn(probe, seccomp="bogus")

@@ -152,3 +152,35 @@ def test_reference_daemon_lacks_processes():
                 c.processes.list()
     finally:
         s.stop(0)
+
+
+def seccomp_filters(pid="self"):
+    with open(f"/proc/{pid}/status") as f:
+        for ln in f:
+            if ln.startswith("Seccomp_filters:"):
+                return int(ln.split()[1])
+    pytest.skip("this kernel does not show Seccomp_filters")
+
+
+PROBE = "awk '/^Seccomp_filters:/ {print $2}' /proc/self/status"
+
+
+def test_seccomp_per_process(sb, daemon, daemon_factory):
+    own = seccomp_filters(daemon.proc.pid)
+    # Under the daemon's default profile a process gets one filter more than the daemon has;
+    # "off" drops it for that process alone.
+    assert sb.processes.run(PROBE).stdout == f"{own + 1}\n".encode()
+    assert sb.processes.run(PROBE, seccomp="default").stdout == f"{own + 1}\n".encode()
+    assert sb.processes.run(PROBE, seccomp="off").stdout == f"{own}\n".encode()
+    p = sb.processes.spawn(PROBE, seccomp="off")
+    p.wait(20)
+    with p.attach() as att:
+        assert b"".join(ev.data for ev in att) == f"{own}\n".encode()
+    with pytest.raises(errors.InvalidArgumentError) as ei:
+        sb.processes.run(PROBE, seccomp="strict")
+    assert "seccomp" in ei.value.message
+    # A daemon started with --seccomp=off still gives the default profile to who asks.
+    off = daemon_factory(["--seccomp", "off"])
+    with off.sandbox() as s:
+        assert s.processes.run(PROBE).stdout == f"{own}\n".encode()
+        assert s.processes.run(PROBE, seccomp="default").stdout == f"{own + 1}\n".encode()

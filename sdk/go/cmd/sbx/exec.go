@@ -34,6 +34,7 @@ func cmdExec(ctx context.Context, g *globals, args []string) error {
 	dir := fs.String("w", "", "working directory in the sandbox")
 	timeout := fs.Duration("timeout", 0, "kill the command after this long")
 	maxOut := fs.Int("max-output", 16<<20, "with --output json: bytes kept per stream")
+	seccomp := fs.String("seccomp", "", "seccomp profile: default or off (default: the daemon's)")
 	var env multi
 	fs.Var(&env, "e", "KEY=VALUE added to the environment (repeatable)")
 	rest, err := parse(fs, g, args, false)
@@ -42,6 +43,10 @@ func cmdExec(ctx context.Context, g *globals, args []string) error {
 	}
 	if len(rest) == 0 {
 		fmt.Fprintln(os.Stderr, "sbx exec: no command")
+		return errUsage
+	}
+	if *seccomp != "" && *tty {
+		fmt.Fprintln(os.Stderr, "sbx exec: --seccomp takes no -t (sbx run -t --seccomp P, then sbx attach -i)")
 		return errUsage
 	}
 	opts, err := procOpts(env, *dir, false)
@@ -55,6 +60,10 @@ func cmdExec(ctx context.Context, g *globals, args []string) error {
 	defer c.Close()
 	if *timeout > 0 {
 		opts = append(opts, sandboxd.Timeout(*timeout))
+	}
+	if *seccomp != "" {
+		opts = append(opts, sandboxd.Seccomp(*seccomp))
+		return execSpawned(ctx, g, c, rest, opts, *stdin, *maxOut)
 	}
 	if *stdin {
 		opts = append(opts, sandboxd.Stdin(os.Stdin))
@@ -76,6 +85,64 @@ func cmdExec(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	return exitError{exitCode(st.Code)}
+}
+
+// execSpawned is exec through sandboxd.v1.Processes, which carries what process.v1 cannot
+// (the seccomp profile): Spawn, follow its output, forward stdin and signals, and remove it
+// once it has exited; with --output json, one RunProcess call.
+func execSpawned(ctx context.Context, g *globals, c *sandboxd.Client, cmd []string, opts []sandboxd.ProcOption, stdin bool, maxOut int) error {
+	if g.json() {
+		if stdin {
+			opts = append(opts, sandboxd.Stdin(os.Stdin))
+		}
+		r, err := c.RunProcess(ctx, cmd, append(opts, sandboxd.MaxOutput(maxOut))...)
+		if err != nil {
+			return err
+		}
+		out := map[string]any{
+			"exit_code": r.ExitCode, "process_id": r.ProcessID, "timed_out": r.TimedOut,
+			"stdout_truncated": r.StdoutTruncated, "stderr_truncated": r.StderrTruncated, "exit": r.Exit,
+		}
+		text(out, "stdout", r.Stdout)
+		text(out, "stderr", r.Stderr)
+		printJSON(out)
+		return exitError{detailCode(r.Exit)}
+	}
+	if stdin {
+		opts = append(opts, sandboxd.OpenStdin())
+	}
+	p, err := c.Spawn(ctx, cmd, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := bounded(context.Background())
+		p.Remove(rctx)
+		cancel()
+	}()
+	a, err := p.Attach(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	if stdin {
+		go forwardSpawnedStdin(ctx, p)
+	}
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(ch)
+	go func() {
+		for s := range ch {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			p.Signal(sctx, s.(syscall.Signal), sandboxd.ScopeGroup)
+			cancel()
+		}
+	}()
+	exit, err := a.Copy(os.Stdout, os.Stderr, nil)
+	if err != nil {
+		return err
+	}
+	return exitError{detailCode(exit)}
 }
 
 // procOpts are the options of -e and -w; withTerm adds TERM (sbx's, else xterm) unless given.

@@ -1,5 +1,7 @@
 // Command sbx drives a sandboxd from the command line: run commands, copy files and trees both
-// ways, list and stat paths, and open an interactive shell.
+// ways, list and stat paths, and open an interactive shell; against a cluster, claim and
+// release sandboxes and reach one by name. Installed as kubectl-sandbox on PATH, it is the
+// kubectl plugin `kubectl sandbox` (the same commands).
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,10 +22,10 @@ import (
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
-const usage = `usage: sbx [connection flags] COMMAND [flags] [args]
+const usage = `usage: PROG [connection flags] COMMAND [flags] [args]
 
 commands:
-  exec [-i] [-t] [-e K=V]... [-w DIR] [--timeout D] -- CMD [ARGS...]
+  exec [-i] [-t] [-e K=V]... [-w DIR] [--timeout D] [--seccomp default|off] -- CMD [ARGS...]
                        run a command; its output streams, its exit status is sbx's
   shell [--shell CMD]  an interactive shell on a terminal (raw mode, resized with the window)
   cp SRC DST           copy a file or a directory tree; the sandbox side is written :PATH
@@ -33,7 +36,8 @@ commands:
   mv [-f] FROM TO      move a path within the sandbox
 
 processes that outlive sbx (sandboxd.v1.Processes):
-  run [-i] [-t] [--tag T] [-e K=V]... [-w DIR] [--timeout D] [--grace D] -- CMD [ARGS...]
+  run [-i] [-t] [--tag T] [-e K=V]... [-w DIR] [--timeout D] [--grace D] [--seccomp P]
+      -- CMD [ARGS...]
                        start a process in the background; prints its id
   ps [--tag T]         list them: state, exit detail, output written
   logs [-f] [--from N] [--stderr-from N] ID
@@ -43,6 +47,13 @@ processes that outlive sbx (sandboxd.v1.Processes):
                        any signal to its group (default), the process, or its whole tree
   wait ID              wait for it; exits with its status (128 + signal when killed)
 
+sandboxes of a cluster (SandboxClaim, Sandbox; kubeconfig or in-cluster):
+  claim --pool P | --template T [--name N] [-e K=V]... [--wait] [--timeout D]
+                       claim one from a warm pool (or make one of a template); prints its
+                       name (--wait: once Ready, with its sandbox and address)
+  release [--wait] NAME...
+                       delete claims (their sandboxes go with them) or sandboxes
+
 connection flags (also after the command), with their environment defaults:
   --host HOST          sandboxd's host ($SBX_HOST, 127.0.0.1)
   --grpc-port N        gRPC port ($SBX_GRPC_PORT, 9090)
@@ -50,6 +61,11 @@ connection flags (also after the command), with their environment defaults:
   --socket PATH        gRPC through this unix socket ($SBX_SOCKET)
   --token TOKEN        bearer token ($SANDBOXD_TOKEN)
   --output text|json   json prints one JSON document for scripts
+  --sandbox NAME       the sandbox of this claim (or this Sandbox) in the cluster: its pod
+                       IP, sandboxd ports and token instead of the flags above ($SBX_SANDBOX)
+  --namespace NS       the cluster's namespace ($SBX_NAMESPACE, else the kubeconfig's)
+  --kubeconfig PATH    ($KUBECONFIG, ~/.kube/config, else in-cluster)
+  --context NAME       the kubeconfig's context
 `
 
 // globals are the flags every command takes.
@@ -60,6 +76,8 @@ type globals struct {
 	socket   string
 	token    string
 	output   string
+	// the cluster, for claim, release and --sandbox
+	sandbox, namespace, kubeconfig, kubeContext string
 }
 
 func envInt(name string, def int) int {
@@ -81,6 +99,7 @@ func newGlobals() *globals {
 		host: envStr("SBX_HOST", "127.0.0.1"), grpcPort: envInt("SBX_GRPC_PORT", 9090),
 		restPort: envInt("SBX_REST_PORT", 8080), socket: os.Getenv("SBX_SOCKET"),
 		token: os.Getenv("SANDBOXD_TOKEN"), output: "text",
+		sandbox: os.Getenv("SBX_SANDBOX"), namespace: os.Getenv("SBX_NAMESPACE"),
 	}
 }
 
@@ -93,11 +112,20 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.socket, "socket", g.socket, "gRPC unix socket")
 	fs.StringVar(&g.token, "token", g.token, "bearer token")
 	fs.StringVar(&g.output, "output", g.output, "text or json")
+	fs.StringVar(&g.sandbox, "sandbox", g.sandbox, "claim or Sandbox to connect to, through the cluster")
+	fs.StringVar(&g.namespace, "namespace", g.namespace, "the cluster's namespace")
+	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "kubeconfig file")
+	fs.StringVar(&g.kubeContext, "context", g.kubeContext, "kubeconfig context")
 }
 
 func (g *globals) client() (*sandboxd.Client, error) {
 	if g.output != "text" && g.output != "json" {
 		return nil, fmt.Errorf("--output must be text or json, not %q", g.output)
+	}
+	if g.sandbox != "" {
+		if err := g.resolveSandbox(); err != nil {
+			return nil, err
+		}
 	}
 	opts := []sandboxd.Option{sandboxd.WithGRPCPort(g.grpcPort), sandboxd.WithRESTPort(g.restPort),
 		sandboxd.WithToken(g.token)}
@@ -120,7 +148,15 @@ var commands = map[string]command{
 	"exec": cmdExec, "shell": cmdShell, "cp": cmdCp, "ls": cmdLs, "stat": cmdStat,
 	"mkdir": cmdMkdir, "rm": cmdRm, "mv": cmdMv,
 	"run": cmdRun, "ps": cmdPs, "logs": cmdLogs, "attach": cmdAttach, "kill": cmdKill,
-	"wait": cmdWait,
+	"wait": cmdWait, "claim": cmdClaim, "release": cmdRelease,
+}
+
+// prog is what sbx is called: "kubectl sandbox" when kubectl runs it as its plugin.
+func prog() string {
+	if filepath.Base(os.Args[0]) == "kubectl-sandbox" {
+		return "kubectl sandbox"
+	}
+	return "sbx"
 }
 
 func main() {
@@ -136,13 +172,13 @@ func run(args []string) int {
 		if err != nil && !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "sbx:", err)
 		}
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprint(os.Stderr, strings.Replace(usage, "PROG", prog(), 1))
 		return 2
 	}
 	name, rest := top.Arg(0), top.Args()[1:]
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "sbx: unknown command %q\n%s", name, usage)
+		fmt.Fprintf(os.Stderr, "sbx: unknown command %q\n%s", name, strings.Replace(usage, "PROG", prog(), 1))
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

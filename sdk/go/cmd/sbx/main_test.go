@@ -342,3 +342,51 @@ func TestToken(t *testing.T) {
 		}
 	}
 }
+
+func TestExecAndRunSeccomp(t *testing.T) {
+	probe := "awk '/^Seccomp_filters:/ {print $2}' /proc/self/status"
+	filters := func(r result) int {
+		t.Helper()
+		n, err := strconv.Atoi(strings.TrimSpace(r.stdout))
+		if err != nil || r.code != 0 {
+			t.Fatalf("%+v", r)
+		}
+		return n
+	}
+	off := filters(sbx(t, "", "exec", "--seccomp", "off", "--", "sh", "-c", probe))
+	if n := filters(sbx(t, "", "exec", "--seccomp", "default", "--", "sh", "-c", probe)); n != off+1 {
+		t.Fatalf("default: %d filters, off: %d", n, off)
+	}
+	// Without the flag exec stays on process.v1, under the daemon's profile (default here).
+	if n := filters(sbx(t, "", "exec", "--", "sh", "-c", probe)); n != off+1 {
+		t.Fatalf("the daemon's: %d filters, off: %d", n, off)
+	}
+	// Exit status, stdin and stderr go through the sandboxd.v1 path as through exec's.
+	r := sbx(t, "b\na\n", "exec", "-i", "--seccomp", "off", "--", "sh", "-c", "sort; echo e >&2; exit 5")
+	if r.code != 5 || r.stdout != "a\nb\n" || r.stderr != "e\n" {
+		t.Fatalf("%+v", r)
+	}
+	r = sbx(t, "", "--output", "json", "exec", "--seccomp", "off", "--", "sh", "-c", probe+"; exit 2")
+	v := jsonOf(t, r.stdout)
+	if ex, _ := v["exit"].(map[string]any); r.code != 2 || v["stdout"] != strconv.Itoa(off)+"\n" || ex["reason"] != "exited" {
+		t.Fatalf("%+v %v", r, v)
+	}
+	r = sbx(t, "", "exec", "--seccomp", "strict", "--", "true")
+	if r.code != 1 || !strings.Contains(r.stderr, "INVALID_ARGUMENT") {
+		t.Fatalf("%+v", r)
+	}
+	if r := sbx(t, "", "exec", "-t", "--seccomp", "off", "--", "true"); r.code != 2 {
+		t.Fatalf("%+v", r)
+	}
+	r = sbx(t, "", "run", "--seccomp", "off", "--", "sh", "-c", probe)
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	if r := sbx(t, "", "wait", id); r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	if n := filters(sbx(t, "", "logs", id)); n != off {
+		t.Fatalf("run --seccomp off: %d filters, off: %d", n, off)
+	}
+}

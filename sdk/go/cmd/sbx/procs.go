@@ -46,6 +46,7 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	dir := fs.String("w", "", "working directory in the sandbox")
 	timeout := fs.Duration("timeout", 0, "SIGTERM to its tree after this long, SIGKILL after --grace")
 	grace := fs.Duration("grace", 0, "between the timeout's SIGTERM and SIGKILL (daemon default 5s)")
+	seccomp := fs.String("seccomp", "", "seccomp profile: default or off (default: the daemon's)")
 	var env multi
 	fs.Var(&env, "e", "KEY=VALUE added to the environment (repeatable)")
 	rest, err := parse(fs, g, args, false)
@@ -72,6 +73,9 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	}
 	if *grace > 0 {
 		opts = append(opts, sandboxd.Grace(*grace))
+	}
+	if *seccomp != "" {
+		opts = append(opts, sandboxd.Seccomp(*seccomp))
 	}
 	return withClient(ctx, g, func(ctx context.Context, c *sandboxd.Client) error {
 		p, err := c.Spawn(ctx, rest, opts...)

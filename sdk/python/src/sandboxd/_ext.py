@@ -25,10 +25,14 @@ def spec(command: c.Command, *, env: Optional[Mapping[str, str]] = None,
          pty: Optional[c.PtySize] = None, timeout: Optional[float] = None,
          grace: Optional[float] = None, user: Optional[User] = None,
          rlimits: Optional[Rlimits] = None, memory_limit: Optional[int] = None,
-         pids_limit: Optional[int] = None) -> Any:
+         pids_limit: Optional[int] = None, seccomp: Optional[str] = None) -> Any:
     """A ProcessSpec. timeout/grace in seconds; user is a uid or (uid, gid[, groups]);
-    rlimits maps setrlimit names (lower case, "nofile") to soft or (soft, hard)."""
+    rlimits maps setrlimit names (lower case, "nofile") to soft or (soft, hard); seccomp is
+    "default", "off" or None/"" for the daemon's own profile (--seccomp); the daemon refuses
+    anything else (InvalidArgumentError)."""
     s = xpb.ProcessSpec(command=c.argv(command), tag=tag, stdin=stdin)
+    if seccomp:
+        s.seccomp = str(seccomp)
     if env:
         s.env.update({str(k): str(v) for k, v in env.items()})
     if cwd is not None:

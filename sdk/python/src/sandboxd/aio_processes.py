@@ -42,10 +42,11 @@ class AsyncProcesses:
                     pty: Optional[c.PtySize] = None, timeout: Optional[float] = None,
                     grace: Optional[float] = None, user: Optional[x.User] = None,
                     rlimits: Optional[x.Rlimits] = None, memory_limit: Optional[int] = None,
-                    pids_limit: Optional[int] = None) -> "AsyncSpawnedProcess":
+                    pids_limit: Optional[int] = None,
+                    seccomp: Optional[str] = None) -> "AsyncSpawnedProcess":
         s = x.spec(command, env=env, cwd=cwd, tag=tag, stdin=stdin, pty=pty, timeout=timeout,
                    grace=grace, user=user, rlimits=rlimits, memory_limit=memory_limit,
-                   pids_limit=pids_limit)
+                   pids_limit=pids_limit, seccomp=seccomp)
         info = x.process_info(await self._call("Spawn", xpb.SpawnRequest(spec=s)))
         return AsyncSpawnedProcess(self, info.id, info)
 
@@ -54,9 +55,11 @@ class AsyncProcesses:
                   timeout: Optional[float] = None, grace: Optional[float] = None,
                   user: Optional[x.User] = None, rlimits: Optional[x.Rlimits] = None,
                   memory_limit: Optional[int] = None, pids_limit: Optional[int] = None,
-                  max_output: int = 0, check: bool = False) -> CommandResult:
+                  max_output: int = 0, check: bool = False,
+                  seccomp: Optional[str] = None) -> CommandResult:
         s = x.spec(command, env=env, cwd=cwd, timeout=timeout, grace=grace, user=user,
-                   rlimits=rlimits, memory_limit=memory_limit, pids_limit=pids_limit)
+                   rlimits=rlimits, memory_limit=memory_limit, pids_limit=pids_limit,
+                   seccomp=seccomp)
         req = xpb.RunRequest(spec=s, stdin=bytes(stdin), output_limit_bytes=max_output)
         deadline = (timeout + (grace or 5.0) + self._sb.endpoint.timeout) if timeout else None
         res = CommandResult(**x.run_result(await self._call("Run", req,

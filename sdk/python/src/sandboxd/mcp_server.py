@@ -2,10 +2,16 @@
 files as tools, over the asyncio SDK. Needs the `mcp` extra (pip install 'sandboxd[mcp]').
 
     sandboxd-mcp --host 127.0.0.1 --grpc-port 9090 --rest-port 8080 [--token T]
+    sandboxd-mcp --pool POOL [--namespace NS] [--kubeconfig PATH] [--context NAME]
 
 Tools: run, start, read_output, list_processes, write_stdin, signal, upload, download,
 list_files, stat. Started processes are sandboxd.v1 spawned processes: they outlive this
 server, and their output is read from the daemon's rings by offset.
+
+With a cluster (--pool, --namespace, --kubeconfig or --context; the `k8s` extra), the tools
+act on a sandbox claimed from a warm pool instead: --pool claims one at start-up, and the
+tools claim_sandbox and release_sandbox let the agent claim (and give back) one itself. The
+server releases what it claimed when it exits.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import base64
 import functools
 import logging
 import os
-from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -58,15 +64,48 @@ class Tools:
     """The sandbox the tools act on, connected on first use (inside the server's loop), and
     how far the agent has read each started process's output."""
 
-    def __init__(self, kw: Dict[str, Any]) -> None:
-        self._kw = kw
+    def __init__(self, kw: Optional[Dict[str, Any]], cluster: Any = None) -> None:
+        self._kw = kw  # None: no sandbox until one is claimed
         self._sb: Optional[AsyncSandbox] = None
         self.read_to: Dict[int, Dict[str, int]] = {}  # process id → stream → next offset
+        self.cluster = cluster  # a sandboxd.k8s.SandboxClient, or None
+        self.lease: Any = None  # the sandbox claimed, a sandboxd.k8s.SandboxLease
 
     def sb(self) -> AsyncSandbox:
+        if self._kw is None:
+            raise errors.FailedPreconditionError("no sandbox yet: claim one with claim_sandbox")
         if self._sb is None:
             self._sb = AsyncSandbox(**self._kw)
         return self._sb
+
+    def point_at(self, lease: Any) -> None:
+        """The tools act on the claimed sandbox from now on (the first connection is made
+        in the server's loop)."""
+        self.lease = lease
+        self._kw = {"host": lease.pod_ip, "grpc_port": lease.grpc_port,
+                    "rest_port": lease.rest_port, "token": lease.token or ""}
+        self.read_to = {}
+
+    async def claim(self, pool: str, timeout: float) -> Dict[str, Any]:
+        if self.cluster is None:
+            raise errors.FailedPreconditionError("this server was started without a cluster "
+                                                 "(--pool, --namespace or --kubeconfig)")
+        if self.lease is not None:
+            raise errors.FailedPreconditionError(
+                f"sandbox {self.lease.sandbox_name} is claimed already: release_sandbox first")
+        lease = await asyncio.to_thread(claim_ready, self.cluster, pool, timeout)
+        self.point_at(lease)
+        return lease.info()  # type: ignore[no-any-return]
+
+    async def release(self) -> Dict[str, Any]:
+        if self.lease is None:
+            raise errors.FailedPreconditionError("no sandbox claimed")
+        lease, self.lease, self._kw = self.lease, None, None
+        if self._sb is not None:
+            await self._sb.close()
+            self._sb = None
+        await asyncio.to_thread(lease.delete)
+        return {"released": lease.name, "sandbox": lease.sandbox_name}
 
     async def take(self, process_id: int, follow: bool) -> Dict[str, Any]:
         """The output after the agent's offsets (with follow: until the first new output or
@@ -94,13 +133,42 @@ class Tools:
         return res
 
 
-def build(kw: Dict[str, Any]) -> MCPServer:
-    """The MCP server over the sandbox that Sandbox(**kw) reaches."""
+def claim_ready(cluster: Any, pool: str, timeout: float) -> Any:
+    """A claim on the pool, Ready, with its address and token read; deleted if it is not."""
+    lease = cluster.claim(pool, timeout=timeout)
+    try:
+        return lease.wait_ready()
+    except BaseException:
+        lease.delete()
+        raise
+
+
+def build(kw: Optional[Dict[str, Any]], cluster: Any = None,
+          lease: Any = None) -> Tuple[MCPServer, Tools]:
+    """The MCP server over the sandbox that Sandbox(**kw) reaches; with a cluster (a
+    sandboxd.k8s.SandboxClient), over the sandbox of lease and those the agent claims. The
+    Tools say which sandbox is claimed (main releases it at exit)."""
     server = MCPServer("sandboxd", instructions=(
         "Tools to run commands and move files in a sandbox. Paths are relative to the "
         "sandbox root. run() is for commands that finish; start() + read_output() for long "
         "or interactive ones."))
-    tools = Tools(kw)
+    tools = Tools(kw, cluster)
+    if lease is not None:
+        tools.point_at(lease)
+
+    if cluster is not None:
+        @server.tool()
+        @guard
+        async def claim_sandbox(pool: str, timeout_seconds: float = 120.0) -> Dict[str, Any]:
+            """Claims a sandbox from a warm pool of the cluster and waits until it is Ready;
+            the other tools act on it from then on. One at a time: release_sandbox first."""
+            return await tools.claim(pool, timeout_seconds)
+
+        @server.tool()
+        @guard
+        async def release_sandbox() -> Dict[str, Any]:
+            """Gives the claimed sandbox back (it is deleted, with everything in it)."""
+            return await tools.release()
 
     @server.tool()
     @guard
@@ -233,7 +301,7 @@ def build(kw: Dict[str, Any]) -> MCPServer:
                 "modified_at": s.modified_at.isoformat() if s.modified_at else None,
                 "symlink_target": s.symlink_target}
 
-    return server
+    return server, tools
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -245,10 +313,28 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--socket", default=os.environ.get("SBX_SOCKET"),
                     help="gRPC through this unix socket")
     ap.add_argument("--token", default=None, help="bearer token (default $SANDBOXD_TOKEN)")
+    ap.add_argument("--pool", help="claim a sandbox from this warm pool (released at exit)")
+    ap.add_argument("--namespace", help="the cluster's namespace (default: the kubeconfig's)")
+    ap.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, in-cluster)")
+    ap.add_argument("--context", help="kubeconfig context")
+    ap.add_argument("--claim-timeout", type=float, default=120.0,
+                    help="seconds --pool waits for the sandbox to be Ready")
     a = ap.parse_args(argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    build({"host": a.host, "grpc_port": a.grpc_port, "rest_port": a.rest_port,
-           "unix_socket": a.socket, "token": a.token}).run("stdio")
+    if not (a.pool or a.namespace or a.kubeconfig or a.context):
+        build({"host": a.host, "grpc_port": a.grpc_port, "rest_port": a.rest_port,
+               "unix_socket": a.socket, "token": a.token})[0].run("stdio")
+        return
+    from .k8s import SandboxClient
+
+    with SandboxClient(a.namespace, kubeconfig=a.kubeconfig, context=a.context) as cluster:
+        lease = claim_ready(cluster, a.pool, a.claim_timeout) if a.pool else None
+        server, tools = build(None, cluster, lease)
+        try:
+            server.run("stdio")
+        finally:
+            if tools.lease is not None:
+                tools.lease.delete()
 
 
 if __name__ == "__main__":

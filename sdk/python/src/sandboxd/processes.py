@@ -43,14 +43,16 @@ class Processes:
               pty: Optional[c.PtySize] = None, timeout: Optional[float] = None,
               grace: Optional[float] = None, user: Optional[x.User] = None,
               rlimits: Optional[x.Rlimits] = None, memory_limit: Optional[int] = None,
-              pids_limit: Optional[int] = None) -> "SpawnedProcess":
+              pids_limit: Optional[int] = None,
+              seccomp: Optional[str] = None) -> "SpawnedProcess":
         """Starts a process that runs until it exits, whoever is attached. stdin=True keeps
         a pipe open for write(); timeout (seconds) sends SIGTERM to its tree, then SIGKILL
         after grace; user is a uid or (uid, gid[, groups]); rlimits maps setrlimit names to
-        soft or (soft, hard); memory_limit/pids_limit bound its whole tree (a cgroup)."""
+        soft or (soft, hard); memory_limit/pids_limit bound its whole tree (a cgroup);
+        seccomp is "default" or "off" (None: the daemon's --seccomp)."""
         s = x.spec(command, env=env, cwd=cwd, tag=tag, stdin=stdin, pty=pty, timeout=timeout,
                    grace=grace, user=user, rlimits=rlimits, memory_limit=memory_limit,
-                   pids_limit=pids_limit)
+                   pids_limit=pids_limit, seccomp=seccomp)
         info = x.process_info(self._call("Spawn", xpb.SpawnRequest(spec=s)))
         return SpawnedProcess(self, info.id, info)
 
@@ -59,11 +61,12 @@ class Processes:
             grace: Optional[float] = None, user: Optional[x.User] = None,
             rlimits: Optional[x.Rlimits] = None, memory_limit: Optional[int] = None,
             pids_limit: Optional[int] = None, max_output: int = 0,
-            check: bool = False) -> CommandResult:
+            check: bool = False, seccomp: Optional[str] = None) -> CommandResult:
         """Runs to completion in one call; the daemon keeps the last max_output bytes per
         stream (0: its --max-output-bytes) and says how the process ended (result.exit)."""
         s = x.spec(command, env=env, cwd=cwd, timeout=timeout, grace=grace, user=user,
-                   rlimits=rlimits, memory_limit=memory_limit, pids_limit=pids_limit)
+                   rlimits=rlimits, memory_limit=memory_limit, pids_limit=pids_limit,
+                   seccomp=seccomp)
         req = xpb.RunRequest(spec=s, stdin=bytes(stdin), output_limit_bytes=max_output)
         deadline = (timeout + (grace or 5.0) + self._sb.endpoint.timeout) if timeout else None
         r = self._call("Run", req, timeout=deadline or 24 * 3600.0)

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
+	"github.com/sandboxd/sandboxd/sdk/go/k8s"
+)
+
+// Commands against a cluster (sdk/go/k8s): claim a sandbox, release it, and --sandbox NAME,
+// which finds a sandbox's address and token through the cluster for every other command.
+
+// resolveWait bounds how long --sandbox waits for a sandbox to be Ready.
+const resolveWait = 2 * time.Minute
+
+func (g *globals) kube() (*k8s.Client, error) {
+	return k8s.New(k8s.Config{Kubeconfig: g.kubeconfig, Context: g.kubeContext, Namespace: g.namespace})
+}
+
+// findLease is the claim called name, else the Sandbox called name.
+func findLease(ctx context.Context, kc *k8s.Client, name string) (*k8s.Lease, error) {
+	l, err := kc.Get(ctx, k8s.KindClaim, name)
+	if errors.Is(err, sandboxd.ErrNotFound) {
+		l, err = kc.Get(ctx, k8s.KindSandbox, name)
+	}
+	if errors.Is(err, sandboxd.ErrNotFound) {
+		return nil, &sandboxd.Error{Code: "NOT_FOUND",
+			Message: fmt.Sprintf("no SandboxClaim or Sandbox %q in namespace %q", name, kc.Namespace())}
+	}
+	return l, err
+}
+
+// resolveSandbox points g's connection at the sandbox --sandbox names: its pod IP, its
+// sandboxd ports and the token of its Secret.
+func (g *globals) resolveSandbox() error {
+	kc, err := g.kube()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveWait)
+	defer cancel()
+	l, err := findLease(ctx, kc, g.sandbox)
+	if err != nil {
+		return err
+	}
+	if err := l.WaitReady(ctx); err != nil {
+		return err
+	}
+	g.host, g.grpcPort, g.restPort, g.token, g.socket = l.PodIP, l.GRPCPort, l.RESTPort, l.Token, ""
+	return nil
+}
+
+func cmdClaim(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("claim", flag.ContinueOnError)
+	pool := fs.String("pool", "", "the SandboxWarmPool to claim from")
+	template := fs.String("template", "", "or a SandboxTemplate: its pool's sandbox if it has one, else a Sandbox of it")
+	name := fs.String("name", "", "the claim's (or Sandbox's) name (default: generated)")
+	wait := fs.Bool("wait", false, "wait until it is Ready; print its address")
+	timeout := fs.Duration("timeout", resolveWait, "with --wait: how long at most")
+	var env multi
+	fs.Var(&env, "e", "KEY=VALUE for the sandbox's containers (repeatable; starts a sandbox of its own)")
+	rest, err := parse(fs, g, args, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 || (*pool == "") == (*template == "") || (*template != "" && len(env) > 0) {
+		fmt.Fprintln(os.Stderr, "sbx claim: want --pool P or --template T (-e only with --pool)")
+		return errUsage
+	}
+	envMap, err := splitEnv(env)
+	if err != nil {
+		return err
+	}
+	kc, err := g.kube()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := bounded(ctx)
+	defer cancel()
+	var l *k8s.Lease
+	if *pool != "" {
+		l, err = kc.Claim(cctx, *pool, k8s.Name(*name), k8s.Env(envMap))
+	} else {
+		l, err = kc.CreateSandbox(cctx, *template, *name)
+	}
+	if err != nil {
+		return err
+	}
+	if *wait {
+		wctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		if err := l.WaitReady(wctx); err != nil {
+			// Nothing is left behind for a script that gave up.
+			dctx, cancel := bounded(context.Background())
+			defer cancel()
+			l.Delete(dctx)
+			return err
+		}
+	}
+	if g.json() {
+		printJSON(l)
+	} else if *wait {
+		fmt.Printf("%s\t%s\t%s\n", l.Name, l.Sandbox, l.Address())
+	} else {
+		fmt.Println(l.Name)
+	}
+	return nil
+}
+
+func cmdRelease(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	wait := fs.Bool("wait", false, "wait until it is gone")
+	rest, err := parse(fs, g, args, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 {
+		fmt.Fprintln(os.Stderr, "sbx release: want claim or sandbox names")
+		return errUsage
+	}
+	kc, err := g.kube()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, resolveWait)
+	defer cancel()
+	var released []map[string]string
+	for _, name := range rest {
+		l, err := findLease(ctx, kc, name)
+		if err != nil {
+			return err
+		}
+		if err := l.Delete(ctx); err != nil {
+			return err
+		}
+		if *wait {
+			if err := l.WaitDeleted(ctx); err != nil {
+				return err
+			}
+		}
+		released = append(released, map[string]string{"kind": string(l.Kind), "name": l.Name})
+	}
+	if g.json() {
+		printJSON(map[string]any{"released": released})
+	}
+	return nil
+}

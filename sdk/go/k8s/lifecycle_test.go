@@ -1,0 +1,88 @@
+package k8s_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
+	"github.com/sandboxd/sandboxd/sdk/go/k8s"
+)
+
+// These tests need a control plane with the controller, a warm pool and a real sandboxd
+// behind its ready sandbox: test/controller/test_sdk_lifecycle.py runs the compiled test
+// binary with KUBECONFIG, SANDBOX_NAMESPACE, SBX_TEST_POOL and SBX_TEST_WARM (the sandbox
+// the claim adopts) set.
+func site(t *testing.T) (ns, pool, warm string) {
+	ns, pool, warm = os.Getenv("SANDBOX_NAMESPACE"), os.Getenv("SBX_TEST_POOL"), os.Getenv("SBX_TEST_WARM")
+	if os.Getenv("KUBECONFIG") == "" || ns == "" || pool == "" || warm == "" {
+		t.Skip("needs a cluster: test/controller/test_sdk_lifecycle.py runs these tests")
+	}
+	return ns, pool, warm
+}
+
+func bounded(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestErrorsAndNames(t *testing.T) {
+	ns, _, warm := site(t)
+	ctx := bounded(t, time.Minute)
+	kc, err := k8s.New(k8s.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Claim(ctx, "no-such-pool"); !errors.Is(err, sandboxd.ErrNotFound) {
+		t.Fatalf("a missing pool: %v", err)
+	}
+	if _, err := kc.Get(ctx, k8s.KindClaim, "no-such-claim"); !errors.Is(err, sandboxd.ErrNotFound) {
+		t.Fatalf("a missing claim: %v", err)
+	}
+	l, err := kc.Get(ctx, k8s.KindSandbox, warm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitReady(ctx); err != nil || l.PodIP != "127.0.0.1" || l.Token == "" {
+		t.Fatalf("%+v %v", l, err)
+	}
+	c, err := l.Connect(sandboxd.WithToken("wrong"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Run(ctx, []string{"true"}); !errors.Is(err, sandboxd.ErrUnauthenticated) {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	if k8s.TokenSecretName("a") != "a-sandboxd-token" || len(k8s.TokenSecretName(string(make([]byte, 300)))) > 253 {
+		t.Fatal("token secret names")
+	}
+	// The pool's sandboxes carry the controller's hash of their template's name.
+	if h := os.Getenv("SBX_TEST_TEMPLATE_HASH"); k8s.NameHash("tpl") != h {
+		t.Fatalf("NameHash(tpl) = %s, the controller's %s", k8s.NameHash("tpl"), h)
+	}
+}
+
+func TestClaimRunRelease(t *testing.T) {
+	ns, pool, warm := site(t)
+	ctx := bounded(t, 2*time.Minute)
+	out, err := claimAndRun(ctx, ns, pool)
+	if err != nil || out != "hello from "+warm+"\n" {
+		t.Fatalf("%q %v", out, err)
+	}
+	kc, err := k8s.New(k8s.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The claim was deleted on the way out, and the controller deleted the adopted sandbox.
+	l, err := kc.Get(ctx, k8s.KindSandbox, warm)
+	if err == nil {
+		err = l.WaitDeleted(ctx)
+	}
+	if err != nil && !errors.Is(err, sandboxd.ErrNotFound) {
+		t.Fatal(err)
+	}
+}
