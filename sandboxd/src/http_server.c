@@ -484,14 +484,16 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
     }
     if (family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* libmicrohttpd's default for the listening socket: SO_REUSEADDR (a restarted daemon binds
+     * again while its predecessor's connections sit in TIME_WAIT), not SO_REUSEPORT (a second
+     * daemon on the port is refused). */
     h->mhd = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
         MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_THREAD_POOL_SIZE, o->threads ? o->threads : 4u,
         MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        h, MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_LISTENING_ADDRESS_REUSE, 0u,
-        MHD_OPTION_END);
+        h, MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_END);
     if (!h->mhd) {
         sbx_http_stop(h);
         return sbx_error_set(err, EADDRINUSE, "cannot listen on %s port %d", o->host, o->port);

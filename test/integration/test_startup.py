@@ -32,3 +32,25 @@ def test_rest_port_held_by_another_daemon_is_refused(sandboxd, sandboxd_bin, tmp
                        capture_output=True, timeout=RUN_TIMEOUT)
     assert p.returncode == 1, p
     assert str(sandboxd.rest_port).encode() in p.stderr, p.stderr
+
+
+def test_restart_on_the_same_ports(sandboxd_factory):
+    """A daemon restarted in the same network namespace (a container restarted in its pod) binds
+    the same ports again, though connections its predecessor closed linger in TIME_WAIT."""
+    import http.client
+    a = sandboxd_factory()
+    ports = (a.port, a.rest_port)
+    conns = []
+    for _ in range(3):
+        c = http.client.HTTPConnection("127.0.0.1", a.rest_port, timeout=10)
+        c.request("GET", "/v1/health")
+        assert c.getresponse().read()
+        conns.append(c)  # kept open: the daemon closes them as it stops (TIME_WAIT on its side)
+    assert a.client().execute(["true"]).exit_code == 0
+    a.close_clients()
+    a.stop_and_check()
+    for c in conns:
+        c.close()
+    b = sandboxd_factory(["--grpc-port", str(ports[0]), "--rest-port", str(ports[1])])
+    assert (b.port, b.rest_port) == ports
+    assert b.client().execute(["true"]).exit_code == 0
