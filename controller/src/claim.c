@@ -131,7 +131,7 @@ static int adopt(struct sbx_ctrl *c, json_t *claim, json_t *sb, struct sbx_error
     snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION,
              sbx_meta_str(sb, "namespace"), sbx_meta_str(sb, "name"));
     count_write(c);
-    long st = sbx_api_patch(c->kube, path, patch, err);
+    long st = sbx_api_patch(c->kube, path, patch, NULL, err);
     if (st < 0)
         return (int)st;
     if (st == 409 || st == 404)
@@ -245,8 +245,9 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         json_equal(json_object_get(oc, "observedGeneration"),
                    json_object_get(wc, "observedGeneration")))
         return 0;
-    int r = sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
-                                  "sandboxclaims", sbx_meta_str(claim, "name"), old, want, err);
+    int r =
+        sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
+                              "sandboxclaims", sbx_meta_str(claim, "name"), old, want, NULL, err);
     if (r > 0) {
         char key[600];
         count_write(c);

@@ -51,6 +51,13 @@ static void on_sandbox(enum sbx_event ev, json_t *obj, void *arg)
     if (sbx_object_key(obj, key, sizeof(key))) {
         pthread_mutex_lock(&c->mu);
         json_object_del(c->expected, key); /* the cache has it now */
+        if (ev == SBX_EVENT_DELETED)
+            json_object_del(c->held, key);
+        json_t *w = json_object_get(c->wrote, key);
+        uint64_t rv = sbx_object_rv(obj);
+        if (w && (ev == SBX_EVENT_DELETED || !rv ||
+                  rv >= (uint64_t)json_integer_value(json_array_get(w, 0))))
+            json_object_del(c->wrote, key);
         if (ev == SBX_EVENT_DELETED || !kind || strcmp(kind, "SandboxWarmPool") != 0)
             json_object_del(c->taken, key);
         pthread_mutex_unlock(&c->mu);
@@ -145,6 +152,33 @@ static int worker(const char *key, void *arg)
     return r;
 }
 
+static const char *const child_meta[] = {
+    "name",   "namespace",       "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+    "labels", "ownerReferences", NULL};
+
+/* Of a Pod the controller reads its identity and owner, spec.nodeName, and status.phase,
+ * conditions and podIPs (sandbox.c, pool.c); the rest is most of the object. */
+static void project_pod(json_t *pod)
+{
+    static const char *const top[] = {"metadata", "spec", "status", NULL};
+    static const char *const spec[] = {"nodeName", NULL};
+    static const char *const status[] = {"phase", "conditions", "podIPs", NULL};
+
+    sbx_json_keep(pod, top);
+    sbx_json_keep(json_object_get(pod, "metadata"), child_meta);
+    sbx_json_keep(json_object_get(pod, "spec"), spec);
+    sbx_json_keep(json_object_get(pod, "status"), status);
+}
+
+/* Of a Service, only that it exists and whose it is. */
+static void project_service(json_t *svc)
+{
+    static const char *const top[] = {"metadata", NULL};
+
+    sbx_json_keep(svc, top);
+    sbx_json_keep(json_object_get(svc, "metadata"), child_meta);
+}
+
 static int start_informer(struct sbx_ctrl *c, const char *name, const char *group_path,
                           const char *resource, const char *selector, sbx_informer_fn fn,
                           struct sbx_informer **ret, struct sbx_error *err)
@@ -158,6 +192,10 @@ static int start_informer(struct sbx_ctrl *c, const char *name, const char *grou
         snprintf(path, sizeof(path), "%s/%s", group_path, resource);
     struct sbx_informer_opts o = {
         .name = name, .path = path, .label_selector = selector, .fn = fn, .arg = c};
+    if (!strcmp(resource, "pods"))
+        o.project = project_pod;
+    else if (!strcmp(resource, "services"))
+        o.project = project_service;
     return sbx_informer_start(c->kube, &o, ret, err);
 }
 
@@ -180,7 +218,9 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
     c->expected = json_object();
     c->taken = json_object();
     c->claim_seen = json_object();
-    if (!c->expected || !c->taken || !c->claim_seen) {
+    c->held = json_object();
+    c->wrote = json_object();
+    if (!c->expected || !c->taken || !c->claim_seen || !c->held || !c->wrote) {
         r = sbx_error_set(err, ENOMEM, "controller");
         goto fail;
     }
@@ -265,6 +305,8 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
     json_decref(c->expected);
     json_decref(c->taken);
     json_decref(c->claim_seen);
+    json_decref(c->held);
+    json_decref(c->wrote);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -26,6 +26,8 @@ struct sbx_ctrl_opts {
     int pool_batch;           /* most sandboxes one pool creates in one reconcile */
     uint64_t pool_grace_ms;   /* a pool sandbox not Ready for this long is replaced... */
     uint64_t pool_recheck_ms; /* ...unless unschedulable: then held, looked at again after this */
+    uint64_t write_behind_ms; /* a Sandbox status change that keeps its Ready condition waits
+                                 this long for more (0: written at once) */
 };
 
 struct sbx_ctrl {
@@ -39,7 +41,11 @@ struct sbx_ctrl {
     json_t *expected;           /* "ns/name" -> pool key: created, not yet in the cache */
     json_t *taken;              /* "ns/name" -> claim key: a warm sandbox being adopted */
     json_t *claim_seen;         /* "ns/name" -> when the claim was first seen unready (ns) */
+    json_t *held;               /* "ns/name" -> since when a Sandbox's status write waits (ns) */
+    json_t *wrote; /* "ns/name" -> [resourceVersion, when (ns)] of our last Sandbox status write,
+                      until the cache shows it */
     atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
+    atomic_uint_least64_t sandbox_status_writes, sandbox_status_held;
     struct sbx_histogram claim_ready[2]; /* seen to Ready written: [0] cold, [1] warm */
 };
 
@@ -65,6 +71,9 @@ int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char 
 
 /* Queues a "kind:ns/name" key on its queue, now or after delay_ms. */
 void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms);
+
+/* The Sandbox cache has caught up with obj's resourceVersion: forgets an older write of ours. */
+void sbx_ctrl_sandbox_seen(struct sbx_ctrl *c, const char *key, json_t *obj);
 
 /* A claim's status now says Ready: observes the time since it was first seen. */
 void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm);

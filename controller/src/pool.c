@@ -174,8 +174,9 @@ static int pool_status(struct sbx_ctrl *c, json_t *pool, int replicas, int ready
                                   json_object_get(json_object_get(pool, "metadata"), "generation"));
     if (!want)
         return sbx_error_set(err, ENOMEM, "status");
-    int r = sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(pool, "namespace"),
-                                  "sandboxwarmpools", sbx_meta_str(pool, "name"), old, want, err);
+    int r =
+        sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(pool, "namespace"),
+                              "sandboxwarmpools", sbx_meta_str(pool, "name"), old, want, NULL, err);
     return r < 0 ? r : 0;
 }
 

@@ -148,6 +148,89 @@ static json_t *desired_status(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_
     return st;
 }
 
+/* Write-behind: a status change that leaves the Ready condition's status and reason as they are
+ * (a Pending Pod got its node, its message changed) is progress nobody acts on; it waits up to
+ * --sandbox-write-behind-window so that the changes of that window go out in one write, or in
+ * the write of the next Ready transition, which is never held. Returns true when this write is
+ * held (the key is queued for the end of the window). */
+static bool hold_write(struct sbx_ctrl *c, const char *key, json_t *old, json_t *want)
+{
+    json_t *oc = NULL, *wc = json_array_get(json_object_get(want, "conditions"), 0), *cond;
+    uint64_t now = sbx_now_ns(), window = c->opts.write_behind_ms * 1000000;
+    bool hold = false;
+    size_t i;
+
+    json_array_foreach(json_object_get(old, "conditions"), i, cond)
+    {
+        const char *t = json_string_value(json_object_get(cond, "type"));
+        if (t && !strcmp(t, "Ready"))
+            oc = cond;
+    }
+    bool progress = window && oc &&
+                    json_equal(json_object_get(oc, "status"), json_object_get(wc, "status")) &&
+                    json_equal(json_object_get(oc, "reason"), json_object_get(wc, "reason"));
+    pthread_mutex_lock(&c->mu);
+    json_t *since = json_object_get(c->held, key);
+    if (!progress) {
+        json_object_del(c->held, key);
+    } else if (!since) {
+        json_object_set_new(c->held, key, json_integer((json_int_t)now));
+        hold = true;
+    } else {
+        hold = now - (uint64_t)json_integer_value(since) < window;
+        if (!hold)
+            json_object_del(c->held, key);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (hold && !since) {
+        char qk[700];
+        if (snprintf(qk, sizeof(qk), "sandbox:%s", key) < (int)sizeof(qk))
+            sbx_ctrl_enqueue(c, qk, c->opts.write_behind_ms + 1);
+        atomic_fetch_add(&c->sandbox_status_held, 1);
+    }
+    return hold;
+}
+
+#define STALE_WAIT_MS 5000
+
+/* True while the cached copy of the sandbox is older than our last status write to it (for at
+ * most STALE_WAIT_MS): reconciling a stale copy would write again what was just written. The
+ * write's own watch event queues the key again (and, should it never come, a retry after
+ * STALE_WAIT_MS). */
+static bool cache_behind(struct sbx_ctrl *c, const char *key, json_t *sb)
+{
+    uint64_t now = sbx_now_ns(), rv = sbx_object_rv(sb);
+    bool behind = false;
+
+    pthread_mutex_lock(&c->mu);
+    json_t *w = json_object_get(c->wrote, key);
+    if (w) {
+        uint64_t wrv = (uint64_t)json_integer_value(json_array_get(w, 0));
+        uint64_t at = (uint64_t)json_integer_value(json_array_get(w, 1));
+        behind = rv && rv < wrv && now - at < STALE_WAIT_MS * 1000000ull;
+        if (!behind)
+            json_object_del(c->wrote, key);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (behind) {
+        char qk[700];
+        if (snprintf(qk, sizeof(qk), "sandbox:%s", key) < (int)sizeof(qk))
+            sbx_ctrl_enqueue(c, qk, STALE_WAIT_MS);
+    }
+    return behind;
+}
+
+static void wrote_status(struct sbx_ctrl *c, const char *key, uint64_t rv)
+{
+    atomic_fetch_add(&c->sandbox_status_writes, 1);
+    if (!rv)
+        return;
+    pthread_mutex_lock(&c->mu);
+    json_object_set_new(c->wrote, key,
+                        json_pack("[I, I]", (json_int_t)rv, (json_int_t)sbx_now_ns()));
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Expiry: returns 1 when expired, 0 when not (and queues the key for shutdownTime). */
 static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
 {
@@ -224,7 +307,12 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
     }
     if (!(st = desired_status(c, sb, pod, svc, &rd)))
         return sbx_error_set(err, ENOMEM, "status");
-    r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name,
-                              json_object_get(sb, "status"), st, err);
+    json_t *old = json_object_get(sb, "status");
+    uint64_t rv = 0;
+    if (json_equal(old, st) || cache_behind(c, key, sb) || hold_write(c, key, old, st))
+        return 0;
+    r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name, old, st, &rv, err);
+    if (r > 0)
+        wrote_status(c, key, rv);
     return r < 0 ? r : 0;
 }
