@@ -245,12 +245,20 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         json_equal(json_object_get(oc, "observedGeneration"),
                    json_object_get(wc, "observedGeneration")))
         return 0;
+    char qk[700];
+    uint64_t rv = 0;
+    if (!sbx_queue_key(qk, sizeof(qk), "claim", sbx_meta_str(claim, "namespace"),
+                       sbx_meta_str(claim, "name")))
+        return sbx_error_set(err, ENAMETOOLONG, "claim key");
+    if (sbx_ctrl_cache_behind(c, qk, claim))
+        return 0;
     int r =
         sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
-                              "sandboxclaims", sbx_meta_str(claim, "name"), old, want, NULL, err);
+                              "sandboxclaims", sbx_meta_str(claim, "name"), old, want, &rv, err);
     if (r > 0) {
         char key[600];
         count_write(c);
+        sbx_ctrl_wrote(c, qk, rv);
         if (!strcmp(status, "True") && sbx_object_key(claim, key, sizeof(key)))
             sbx_ctrl_claim_ready(c, key, warm);
     }

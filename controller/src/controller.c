@@ -23,6 +23,55 @@ static void enqueue(struct sbx_ctrl *c, const char *kind, const char *ns, const 
         sbx_ctrl_enqueue(c, key, 0);
 }
 
+#define STALE_WAIT_MS 5000
+
+void sbx_ctrl_wrote(struct sbx_ctrl *c, const char *qkey, uint64_t rv)
+{
+    if (!rv)
+        return;
+    pthread_mutex_lock(&c->mu);
+    json_object_set_new(c->wrote, qkey,
+                        json_pack("[I, I]", (json_int_t)rv, (json_int_t)sbx_now_ns()));
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool sbx_ctrl_cache_behind(struct sbx_ctrl *c, const char *qkey, json_t *cached)
+{
+    uint64_t now = sbx_now_ns(), rv = sbx_object_rv(cached);
+    bool behind = false;
+
+    pthread_mutex_lock(&c->mu);
+    json_t *w = json_object_get(c->wrote, qkey);
+    if (w) {
+        uint64_t wrv = (uint64_t)json_integer_value(json_array_get(w, 0));
+        uint64_t at = (uint64_t)json_integer_value(json_array_get(w, 1));
+        behind = rv && rv < wrv && now - at < STALE_WAIT_MS * 1000000ull;
+        if (!behind)
+            json_object_del(c->wrote, qkey);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (behind)
+        sbx_ctrl_enqueue(c, qkey, STALE_WAIT_MS);
+    return behind;
+}
+
+/* The cache now holds obj: forgets a write of ours it has caught up with. */
+static void seen(struct sbx_ctrl *c, const char *kind, enum sbx_event ev, json_t *obj)
+{
+    char qk[700];
+    uint64_t rv = sbx_object_rv(obj);
+
+    if (!sbx_queue_key(qk, sizeof(qk), kind, sbx_meta_str(obj, "namespace"),
+                       sbx_meta_str(obj, "name") ?: ""))
+        return;
+    pthread_mutex_lock(&c->mu);
+    json_t *w = json_object_get(c->wrote, qk);
+    if (w && (ev == SBX_EVENT_DELETED || !rv ||
+              rv >= (uint64_t)json_integer_value(json_array_get(w, 0))))
+        json_object_del(c->wrote, qk);
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* A Pod or Service changed: its Sandbox reconciles. */
 static void on_child(enum sbx_event ev, json_t *obj, void *arg)
 {
@@ -48,16 +97,12 @@ static void on_sandbox(enum sbx_event ev, json_t *obj, void *arg)
     char key[600];
 
     enqueue(c, "sandbox", ns, sbx_meta_str(obj, "name"));
+    seen(c, "sandbox", ev, obj);
     if (sbx_object_key(obj, key, sizeof(key))) {
         pthread_mutex_lock(&c->mu);
         json_object_del(c->expected, key); /* the cache has it now */
         if (ev == SBX_EVENT_DELETED)
             json_object_del(c->held, key);
-        json_t *w = json_object_get(c->wrote, key);
-        uint64_t rv = sbx_object_rv(obj);
-        if (w && (ev == SBX_EVENT_DELETED || !rv ||
-                  rv >= (uint64_t)json_integer_value(json_array_get(w, 0))))
-            json_object_del(c->wrote, key);
         if (ev == SBX_EVENT_DELETED || !kind || strcmp(kind, "SandboxWarmPool") != 0)
             json_object_del(c->taken, key);
         pthread_mutex_unlock(&c->mu);
@@ -79,6 +124,7 @@ static void on_claim(enum sbx_event ev, json_t *obj, void *arg)
     struct sbx_ctrl *c = arg;
     char key[600];
 
+    seen(c, "claim", ev, obj);
     if (sbx_object_key(obj, key, sizeof(key))) {
         pthread_mutex_lock(&c->mu);
         if (ev == SBX_EVENT_DELETED)
@@ -128,6 +174,7 @@ static int worker(const char *key, void *arg)
     struct sbx_ctrl *c = arg;
     struct sbx_error err = {0};
     const char *colon = strchr(key, ':');
+    uint64_t t0 = sbx_now_ns();
     int r;
 
     /* Before the first lists, a missing object only means "not seen yet". */
@@ -149,6 +196,7 @@ static int worker(const char *key, void *arg)
         return 0;
     if (r < 0)
         log_warn(0, "%s: %s", key, err.msg);
+    log_debug("%s: reconciled in %.1f ms", key, (double)(sbx_now_ns() - t0) / 1e6);
     return r;
 }
 

@@ -12,6 +12,7 @@
 
 #include "bucket.h"
 #include "cleanup.h"
+#include "log.h"
 
 #define MAX_BODY        (64u << 20)
 #define MAX_TOKEN       (64u << 10)
@@ -419,11 +420,14 @@ static int request_once(struct sbx_kube *k, const char *method, const char *path
     atomic_fetch_add(&k->requests, 1);
     if (write)
         atomic_fetch_add(&k->writes, 1);
+    uint64_t t0 = sbx_now_ns();
     rc = curl_easy_perform(h);
     count_connects(k, h, 0);
     if (rc == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     conn_give(k, idx);
+    log_debug("%s %s: %ld in %.1f ms (connection %d)", method, path, status,
+              (double)(sbx_now_ns() - t0) / 1e6, idx);
     if (rc != CURLE_OK) {
         atomic_fetch_add(&k->errors, 1);
         free(b.data);

@@ -191,46 +191,6 @@ static bool hold_write(struct sbx_ctrl *c, const char *key, json_t *old, json_t 
     return hold;
 }
 
-#define STALE_WAIT_MS 5000
-
-/* True while the cached copy of the sandbox is older than our last status write to it (for at
- * most STALE_WAIT_MS): reconciling a stale copy would write again what was just written. The
- * write's own watch event queues the key again (and, should it never come, a retry after
- * STALE_WAIT_MS). */
-static bool cache_behind(struct sbx_ctrl *c, const char *key, json_t *sb)
-{
-    uint64_t now = sbx_now_ns(), rv = sbx_object_rv(sb);
-    bool behind = false;
-
-    pthread_mutex_lock(&c->mu);
-    json_t *w = json_object_get(c->wrote, key);
-    if (w) {
-        uint64_t wrv = (uint64_t)json_integer_value(json_array_get(w, 0));
-        uint64_t at = (uint64_t)json_integer_value(json_array_get(w, 1));
-        behind = rv && rv < wrv && now - at < STALE_WAIT_MS * 1000000ull;
-        if (!behind)
-            json_object_del(c->wrote, key);
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (behind) {
-        char qk[700];
-        if (snprintf(qk, sizeof(qk), "sandbox:%s", key) < (int)sizeof(qk))
-            sbx_ctrl_enqueue(c, qk, STALE_WAIT_MS);
-    }
-    return behind;
-}
-
-static void wrote_status(struct sbx_ctrl *c, const char *key, uint64_t rv)
-{
-    atomic_fetch_add(&c->sandbox_status_writes, 1);
-    if (!rv)
-        return;
-    pthread_mutex_lock(&c->mu);
-    json_object_set_new(c->wrote, key,
-                        json_pack("[I, I]", (json_int_t)rv, (json_int_t)sbx_now_ns()));
-    pthread_mutex_unlock(&c->mu);
-}
-
 /* Expiry: returns 1 when expired, 0 when not (and queues the key for shutdownTime). */
 static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
 {
@@ -309,10 +269,14 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
         return sbx_error_set(err, ENOMEM, "status");
     json_t *old = json_object_get(sb, "status");
     uint64_t rv = 0;
-    if (json_equal(old, st) || cache_behind(c, key, sb) || hold_write(c, key, old, st))
+    char qk[700];
+    snprintf(qk, sizeof(qk), "sandbox:%s", key);
+    if (json_equal(old, st) || sbx_ctrl_cache_behind(c, qk, sb) || hold_write(c, key, old, st))
         return 0;
     r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name, old, st, &rv, err);
-    if (r > 0)
-        wrote_status(c, key, rv);
+    if (r > 0) {
+        atomic_fetch_add(&c->sandbox_status_writes, 1);
+        sbx_ctrl_wrote(c, qk, rv);
+    }
     return r < 0 ? r : 0;
 }
