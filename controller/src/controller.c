@@ -200,9 +200,16 @@ static int worker(const char *key, void *arg)
     return r;
 }
 
-static const char *const child_meta[] = {
-    "name",   "namespace",       "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
-    "labels", "ownerReferences", NULL};
+static const char *const child_meta[] = {"name",
+                                         "namespace",
+                                         "uid",
+                                         "resourceVersion",
+                                         "creationTimestamp",
+                                         "deletionTimestamp",
+                                         "labels",
+                                         "ownerReferences",
+                                         "generation",
+                                         NULL};
 
 /* Of a Pod the controller reads its identity and owner, spec.nodeName, and status.phase,
  * conditions and podIPs (sandbox.c, pool.c); the rest is most of the object. */
@@ -216,6 +223,18 @@ static void project_pod(json_t *pod)
     sbx_json_keep(json_object_get(pod, "metadata"), child_meta);
     sbx_json_keep(json_object_get(pod, "spec"), spec);
     sbx_json_keep(json_object_get(pod, "status"), status);
+}
+
+/* Of a Sandbox, all but its pod template (the bulk of it, read only to make its Pod: then it is
+ * fetched, see sandbox.c), its annotations and finalizers. */
+static void project_sandbox(json_t *sb)
+{
+    static const char *const top[] = {"metadata", "spec", "status", NULL};
+
+    sbx_json_keep(sb, top);
+    sbx_json_keep(json_object_get(sb, "metadata"), child_meta);
+    json_object_del(json_object_get(sb, "spec"), "podTemplate");
+    json_object_del(json_object_get(sb, "spec"), "volumeClaimTemplates");
 }
 
 /* Of a Service, only that it exists and whose it is. */
@@ -242,6 +261,8 @@ static int start_informer(struct sbx_ctrl *c, const char *name, const char *grou
         .name = name, .path = path, .label_selector = selector, .fn = fn, .arg = c};
     if (!strcmp(resource, "pods"))
         o.project = project_pod;
+    else if (!strcmp(resource, "sandboxes"))
+        o.project = project_sandbox;
     else if (!strcmp(resource, "services"))
         o.project = project_service;
     return sbx_informer_start(c->kube, &o, ret, err);

@@ -1,6 +1,7 @@
 #include "informer.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,9 @@ static int relist(struct sbx_informer *inf, struct sbx_error *err)
             apply(inf, old ? SBX_EVENT_MODIFIED : SBX_EVENT_ADDED, json_incref(obj));
     }
     set_rv(inf, rv);
+    json_decref(fresh);
+    fresh = NULL;
+    malloc_trim(0); /* the pages of the list's answers, parsed and dropped */
     pthread_mutex_lock(&inf->mu);
     inf->synced = true;
     inf->need_list = false;

@@ -47,6 +47,33 @@ static int remove_children(struct sbx_ctrl *c, const char *key, const char *ns, 
     return 0;
 }
 
+/* The whole Sandbox, pod template included (the cache keeps none), at least as new as the cached
+ * copy: served from the API server's watch cache. Returns 0 with *ret (NULL when it is gone or is
+ * another object by now). */
+static int fetch_whole(struct sbx_ctrl *c, json_t *sb, const char *ns, json_t **ret,
+                       struct sbx_error *err)
+{
+    json_auto_t *body = NULL;
+    char path[800];
+    long status;
+    int r;
+
+    *ret = NULL;
+    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s?resourceVersion=%s",
+             SBX_API_VERSION, ns, sbx_meta_str(sb, "name"),
+             sbx_meta_str(sb, "resourceVersion") ?: "0");
+    if ((r = sbx_kube_request(c->kube, "GET", path, NULL, NULL, &status, &body, err)) < 0)
+        return r;
+    if (status == 404)
+        return 0;
+    if (status != 200)
+        return sbx_error_set(err, EIO, "GET %s: HTTP %ld", path, status);
+    const char *uid = sbx_meta_str(body, "uid"), *cached = sbx_meta_str(sb, "uid");
+    if (uid && cached && !strcmp(uid, cached))
+        *ret = json_incref(body);
+    return 0;
+}
+
 static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *svc, const char *ns,
                           struct sbx_error *err)
 {
@@ -54,10 +81,14 @@ static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *s
     int r;
 
     if (!pod) {
-        json_auto_t *want = NULL, *secret = NULL;
+        json_auto_t *want = NULL, *secret = NULL, *whole = NULL;
         unsigned char raw[32];
         char token[65];
-        if ((r = sbx_sandbox_pod(sb, &c->opts.inject, &want, err)) < 0)
+        if ((r = fetch_whole(c, sb, ns, &whole, err)) < 0)
+            return r;
+        if (!whole) /* deleted meanwhile: its event comes */
+            return 0;
+        if ((r = sbx_sandbox_pod(whole, &c->opts.inject, &want, err)) < 0)
             return r;
         if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
             return sbx_error_set(err, errno, "getrandom");
