@@ -400,7 +400,13 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
                 return r;
             if (r == 1) {
                 char qk[700];
-                /* The pool lost a sandbox: it refills (its events now reach the claim). */
+                /* The pool lost a sandbox: it refills (its events now reach the claim), at
+                 * once or after --sandbox-warm-pool-replenish-delay. */
+                if (c->opts.replenish_delay_ms) {
+                    pthread_mutex_lock(&c->mu);
+                    json_object_set_new(c->adopted, pkey, json_integer((json_int_t)sbx_now_ns()));
+                    pthread_mutex_unlock(&c->mu);
+                }
                 if (sbx_queue_key(qk, sizeof(qk), "pool", ns, pname))
                     sbx_ctrl_enqueue(c, qk, 0);
                 atomic_fetch_add(&c->claims_warm, 1);

@@ -289,7 +289,8 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
     c->claim_seen = json_object();
     c->held = json_object();
     c->wrote = json_object();
-    if (!c->expected || !c->taken || !c->claim_seen || !c->held || !c->wrote) {
+    c->adopted = json_object();
+    if (!c->expected || !c->taken || !c->claim_seen || !c->held || !c->wrote || !c->adopted) {
         r = sbx_error_set(err, ENOMEM, "controller");
         goto fail;
     }
@@ -376,6 +377,7 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
     json_decref(c->claim_seen);
     json_decref(c->held);
     json_decref(c->wrote);
+    json_decref(c->adopted);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -26,8 +26,9 @@ struct sbx_ctrl_opts {
     int pool_batch;           /* most sandboxes one pool creates in one reconcile */
     uint64_t pool_grace_ms;   /* a pool sandbox not Ready for this long is replaced... */
     uint64_t pool_recheck_ms; /* ...unless unschedulable: then held, looked at again after this */
-    uint64_t write_behind_ms; /* a Sandbox status change that keeps its Ready condition waits
-                                 this long for more (0: written at once) */
+    uint64_t replenish_delay_ms; /* a pool waits this long after its last adoption to refill */
+    uint64_t write_behind_ms;    /* a Sandbox status change that keeps its Ready condition waits
+                                    this long for more (0: written at once) */
 };
 
 struct sbx_ctrl {
@@ -42,10 +43,11 @@ struct sbx_ctrl {
     json_t *taken;              /* "ns/name" -> claim key: a warm sandbox being adopted */
     json_t *claim_seen;         /* "ns/name" -> when the claim was first seen unready (ns) */
     json_t *held;               /* "ns/name" -> since when a Sandbox's status write waits (ns) */
+    json_t *adopted;            /* pool "ns/name" -> when a claim last took one of its own (ns) */
     json_t *wrote; /* queue key -> [resourceVersion, when (ns)] of our last status write to the
                       object, until its cache shows it */
     atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
-    atomic_uint_least64_t sandbox_status_writes, sandbox_status_held;
+    atomic_uint_least64_t sandbox_status_writes, sandbox_status_held, refills_deferred;
     struct sbx_histogram claim_ready[2]; /* seen to Ready written: [0] cold, [1] warm */
 };
 

@@ -84,13 +84,16 @@ static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
             "# TYPE sandboxd_controller_sandbox_status_held_total counter\n"
             "sandboxd_controller_sandbox_status_held_total %llu\n"
             "# TYPE sandboxd_controller_sandbox_status_holding gauge\n"
-            "sandboxd_controller_sandbox_status_holding %zu\n",
+            "sandboxd_controller_sandbox_status_holding %zu\n"
+            "# TYPE sandboxd_controller_pool_refills_deferred_total counter\n"
+            "sandboxd_controller_pool_refills_deferred_total %llu\n",
             sbx_wq_len(c->queue) + sbx_wq_len(c->claim_queue),
             (unsigned long long)atomic_load(&c->claim_writes),
             (unsigned long long)atomic_load(&c->claims_warm),
             (unsigned long long)atomic_load(&c->claims_cold),
             (unsigned long long)atomic_load(&c->sandbox_status_writes),
-            (unsigned long long)atomic_load(&c->sandbox_status_held), holding);
+            (unsigned long long)atomic_load(&c->sandbox_status_held), holding,
+            (unsigned long long)atomic_load(&c->refills_deferred));
     fprintf(f, "# TYPE sandboxd_controller_claim_ready_seconds histogram\n");
     sbx_histogram_write(f, "sandboxd_controller_claim_ready_seconds", "start=\"warm\"",
                         &c->claim_ready[1]);

@@ -50,6 +50,7 @@ static uint64_t arg_pool_grace_ms = 5 * 60 * 1000;
 static uint64_t arg_pool_recheck_ms = 60 * 1000;
 static uint64_t arg_kube_api_timeout_ms = 30000;
 static uint64_t arg_write_behind_ms = 0;
+static uint64_t arg_replenish_delay_ms = 0;
 
 static int opt_port(const char *v, void *dst)
 {
@@ -115,6 +116,9 @@ static const struct sbx_flag options[] = {
      "a warm-pool sandbox not Ready for this long is replaced, unless unschedulable (5m)"},
     {"sandbox-warm-pool-unschedulable-recheck-interval", sbx_flag_duration, &arg_pool_recheck_ms,
      "how often a pool holding unschedulable sandboxes looks again (1m)"},
+    {"sandbox-warm-pool-replenish-delay", sbx_flag_duration, &arg_replenish_delay_ms,
+     "a pool refills this long after a claim last took one of its sandboxes, so a burst of "
+     "claims has the API server first (0: at once)"},
     {"sandbox-write-behind-window", sbx_flag_duration, &arg_write_behind_ms,
      "a Sandbox status change that keeps its Ready condition (node, IPs, message of a Pod not "
      "Ready yet) waits this long, so one write carries the changes of the window; Ready "
@@ -241,6 +245,7 @@ int main(int argc, char **argv)
         .pool_grace_ms = arg_pool_grace_ms,
         .pool_recheck_ms = arg_pool_recheck_ms ? arg_pool_recheck_ms : 1000,
         .write_behind_ms = arg_write_behind_ms,
+        .replenish_delay_ms = arg_replenish_delay_ms,
         .inject = {.image = arg_sandboxd_image,
                    .runtime_class = arg_default_runtime_class,
                    .probe = strcmp(arg_sandboxd_probe, "grpc") ? SBX_PROBE_HTTP : SBX_PROBE_GRPC,

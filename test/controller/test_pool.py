@@ -284,3 +284,19 @@ def test_template_network_policy(cluster, namespace, controller):
 
     k.patch(*TEMPLATE, namespace, "fenced", {"spec": {"networkPolicyManagement": "Unmanaged"}})
     wait_until(lambda: policy() is None, WAIT, what="the policy removed when Unmanaged")
+
+
+def test_replenish_delay_defers_the_refill(cluster, namespace, start_controller):
+    """--sandbox-warm-pool-replenish-delay: after a claim takes a warm sandbox the pool waits
+    before refilling (a burst of claims gets the API server first), then refills."""
+    ctrl = start_controller("--sandbox-warm-pool-replenish-delay=10s")
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 3)
+    wait_pool_ready(k, namespace, "p", 3)
+    claim(k, namespace, "c1", "p")
+    wait_claim_ready(k, namespace, "c1")
+    wait_until(lambda: ctrl.metrics()["sandboxd_controller_pool_refills_deferred_total"] >= 1,
+               WAIT, interval=0.1, what="a deferred refill")
+    assert len(owned_by(k, namespace, "SandboxWarmPool", "p")) == 2, "refilled despite the delay"
+    wait_pool_ready(k, namespace, "p", 3, timeout=60)
