@@ -297,7 +297,7 @@ def run(args, cluster):
     rows = []
     flags = [f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
              f"--api-connections={args.connections}", f"--log-level={args.log_level}",
-             f"--sandbox-warm-pool-max-refill-rate={args.refill_rate}"]
+             f"--sandbox-warm-pool-max-refill-rate={args.refill_rate}", *args.flag]
     os.environ["SANDBOXD_CONTROLLER_BIN"] = args.bin
     ctrl = Controller(cluster, ns, *flags)
     wait_until(lambda: ctrl.http("/readyz")[0] == 200, 60, interval=0.2, what="controller ready")
@@ -346,6 +346,8 @@ def main():
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--refill-rate", type=float, default=100)
     ap.add_argument("--log-level", default="info", help="the controller's")
+    ap.add_argument("--flag", action="append", default=[],
+                    help="another flag for the controller, e.g. --flag=--api-connections=16")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory")
     args = ap.parse_args()
     missing = missing_binaries()
