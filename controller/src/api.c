@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -109,18 +110,37 @@ int sbx_api_delete(struct sbx_kube *k, const char *path, struct sbx_error *err)
     return 1;
 }
 
-long sbx_api_patch(struct sbx_kube *k, const char *path, json_t *patch, struct sbx_error *err)
+uint64_t sbx_object_rv(json_t *obj)
 {
-    long status;
-    int r = sbx_kube_request(k, "PATCH", path, patch, "application/merge-patch+json", &status, NULL,
-                             err);
+    const char *rv = sbx_meta_str(obj, "resourceVersion");
+    char *end;
+    unsigned long long v;
 
-    return r < 0 ? r : status;
+    if (!rv || *rv < '0' || *rv > '9')
+        return 0;
+    errno = 0;
+    v = strtoull(rv, &end, 10);
+    return errno || *end ? 0 : (uint64_t)v;
+}
+
+long sbx_api_patch(struct sbx_kube *k, const char *path, json_t *patch, uint64_t *ret_rv,
+                   struct sbx_error *err)
+{
+    json_auto_t *body = NULL;
+    long status;
+    int r = sbx_kube_request(k, "PATCH", path, patch, "application/merge-patch+json", &status,
+                             ret_rv ? &body : NULL, err);
+
+    if (r < 0)
+        return r;
+    if (ret_rv)
+        *ret_rv = status == 200 ? sbx_object_rv(body) : 0;
+    return status;
 }
 
 int sbx_api_update_status(struct sbx_kube *k, const char *api_version, const char *ns,
                           const char *plural, const char *name, json_t *old, json_t *want,
-                          struct sbx_error *err)
+                          uint64_t *ret_rv, struct sbx_error *err)
 {
     json_auto_t *status = NULL, *patch = NULL;
     const char *key;
@@ -141,7 +161,7 @@ int sbx_api_update_status(struct sbx_kube *k, const char *api_version, const cha
         return sbx_error_set(err, ENOMEM, "status patch");
     snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/%s/%s/status", api_version, ns, plural,
              name);
-    st = sbx_api_patch(k, path, patch, err);
+    st = sbx_api_patch(k, path, patch, ret_rv, err);
     if (st < 0)
         return (int)st;
     if (st != 200 && st != 404)

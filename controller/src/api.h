@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "error.h"
@@ -44,16 +45,22 @@ int sbx_api_create(struct sbx_kube *k, const char *path, json_t *obj, struct sbx
 /* DELETEs path; returns 1 when deleted, 0 when it was not there. */
 int sbx_api_delete(struct sbx_kube *k, const char *path, struct sbx_error *err);
 
-/* Merge-patches path; returns the HTTP status (200, 404, 409...) or < 0. */
-long sbx_api_patch(struct sbx_kube *k, const char *path, json_t *patch, struct sbx_error *err);
+/* Merge-patches path; returns the HTTP status (200, 404, 409...) or < 0. With ret_rv, a 200's
+ * new resourceVersion goes there (0 when it is not a number). */
+long sbx_api_patch(struct sbx_kube *k, const char *path, json_t *patch, uint64_t *ret_rv,
+                   struct sbx_error *err);
 
 /* Brings the status of /apis/<api_version>/namespaces/<ns>/<plural>/<name> from old to want
  * with one merge patch of its status subresource, fields gone from want set to null. Writes
  * nothing when they are equal. A missing object (deleted meanwhile) counts as done. Returns 1
- * when it wrote, 0 when there was nothing to write, < 0 on failure. */
+ * when it wrote (the object's new resourceVersion into *ret_rv when not NULL, 0 when unknown),
+ * 0 when there was nothing to write, < 0 on failure. */
 int sbx_api_update_status(struct sbx_kube *k, const char *api_version, const char *ns,
                           const char *plural, const char *name, json_t *old, json_t *want,
-                          struct sbx_error *err);
+                          uint64_t *ret_rv, struct sbx_error *err);
+
+/* metadata.resourceVersion of obj as a number (etcd's revision), or 0. */
+uint64_t sbx_object_rv(json_t *obj);
 
 /* n random characters of [a-z0-9] and a NUL into buf (size n + 1). */
 void sbx_random_suffix(char *buf, size_t n);

@@ -131,7 +131,7 @@ static int adopt(struct sbx_ctrl *c, json_t *claim, json_t *sb, struct sbx_error
     snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION,
              sbx_meta_str(sb, "namespace"), sbx_meta_str(sb, "name"));
     count_write(c);
-    long st = sbx_api_patch(c->kube, path, patch, err);
+    long st = sbx_api_patch(c->kube, path, patch, NULL, err);
     if (st < 0)
         return (int)st;
     if (st == 409 || st == 404)
@@ -143,33 +143,100 @@ static int adopt(struct sbx_ctrl *c, json_t *claim, json_t *sb, struct sbx_error
     return 1;
 }
 
-/* Env of the claim into the template's containers (all, or the one named). */
-static void apply_env(json_t *sandbox, json_t *claim)
+/* The variable named `name` in a container's env, or NULL (borrowed). */
+static json_t *env_var(json_t *ct, const char *name)
 {
-    json_t *containers = json_object_get(
-        json_object_get(json_object_get(json_object_get(sandbox, "spec"), "podTemplate"), "spec"),
-        "containers");
+    json_t *v;
+    size_t i;
+
+    json_array_foreach(json_object_get(ct, "env"), i, v)
+    {
+        const char *n = json_string_value(json_object_get(v, "name"));
+        if (n && !strcmp(n, name))
+            return v;
+    }
+    return NULL;
+}
+
+/* One variable of the claim into one container, as the policy allows. */
+static int inject(json_t *ct, json_t *e, bool overrides, struct sbx_error *err)
+{
+    const char *name = json_string_value(json_object_get(e, "name")) ?: "";
+    const char *cn = json_string_value(json_object_get(ct, "name")) ?: "";
+    json_t *have = env_var(ct, name), *env = json_object_get(ct, "env");
+
+    if (!overrides && json_array_size(json_object_get(ct, "envFrom")) > 0)
+        return sbx_error_set(err, EPERM,
+                             "container \"%s\" uses envFrom: with envVarsInjectionPolicy Allowed "
+                             "a claim's variable could override one of its sources",
+                             cn);
+    if (have && !overrides)
+        return sbx_error_set(err, EPERM,
+                             "variable \"%s\" of container \"%s\" would be overridden: the "
+                             "template's envVarsInjectionPolicy is Allowed, not Overrides",
+                             name, cn);
+    json_t *v = json_pack("{s:s, s:O}", "name", name, "value",
+                          json_object_get(e, "value") ?: json_string(""));
+    if (!v)
+        return sbx_error_set(err, ENOMEM, "env");
+    if (have) {
+        json_object_clear(have);
+        json_object_update(have, v);
+        json_decref(v);
+        return 0;
+    }
+    if (!json_is_array(env))
+        json_object_set_new(ct, "env", env = json_array());
+    json_array_append_new(env, v);
+    return 0;
+}
+
+/* Env of the claim into the template's containers (all, or the one named), as the template's
+ * envVarsInjectionPolicy allows: Disallowed (the default) takes none, Allowed adds variables a
+ * container does not set (and none to a container with envFrom), Overrides also replaces its
+ * values. Returns 0, or -EPERM / -EINVAL with the reason in err. */
+static int apply_env(json_t *sandbox, json_t *claim, json_t *tmpl, struct sbx_error *err)
+{
+    json_t *pspec =
+        json_object_get(json_object_get(json_object_get(sandbox, "spec"), "podTemplate"), "spec");
+    json_t *env = json_object_get(json_object_get(claim, "spec"), "env");
+    const char *policy =
+        json_string_value(json_object_get(json_object_get(tmpl, "spec"), "envVarsInjectionPolicy"));
+    bool overrides = policy && !strcmp(policy, "Overrides");
     json_t *e, *ct;
     size_t i, j;
+    int r;
 
-    json_array_foreach(json_object_get(json_object_get(claim, "spec"), "env"), i, e)
+    if (json_array_size(env) == 0)
+        return 0;
+    if (!overrides && (!policy || strcmp(policy, "Allowed") != 0))
+        return sbx_error_set(err, EPERM,
+                             "the claim sets env but the template's envVarsInjectionPolicy is %s",
+                             policy ? policy : "Disallowed");
+    json_array_foreach(env, i, e)
     {
         const char *only = json_string_value(json_object_get(e, "containerName"));
-        json_array_foreach(containers, j, ct)
+        bool found = false;
+        json_array_foreach(json_object_get(pspec, "containers"), j, ct)
         {
             const char *cn = json_string_value(json_object_get(ct, "name"));
             if (only && (!cn || strcmp(cn, only) != 0))
                 continue;
-            json_t *env = json_object_get(ct, "env");
-            if (!json_is_array(env)) {
-                env = json_array();
-                json_object_set_new(ct, "env", env);
-            }
-            json_array_append_new(env, json_pack("{s:O, s:O}", "name", json_object_get(e, "name"),
-                                                 "value", json_object_get(e, "value")));
+            found = true;
+            if ((r = inject(ct, e, overrides, err)) < 0)
+                return r;
         }
+        if (!found)
+            return sbx_error_set(err, EINVAL,
+                                 "env names container \"%s\", which the template lacks",
+                                 only ? only : "");
     }
+    return 0;
 }
+
+static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, json_t *sb,
+                        bool warm, const char *status, const char *reason, const char *message,
+                        struct sbx_error *err);
 
 /* A Sandbox for this claim alone, named like it. */
 static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sbx_error *err)
@@ -202,10 +269,18 @@ static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sb
         }
         json_object_update(have, add);
     }
-    apply_env(want, claim);
+    int r = apply_env(want, claim, tmpl, err);
+    if (r == -EPERM || r == -EINVAL) { /* the claim cannot be served as it is: say so, no retry */
+        char why[sizeof(err->msg)];
+        snprintf(why, sizeof(why), "%s", err->msg);
+        return claim_status(c, claim, NULL, NULL, false, "False", "EnvVarsInjectionRejected", why,
+                            err);
+    }
+    if (r < 0)
+        return r;
     snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION, ns);
     count_write(c);
-    int r = sbx_api_create(c->kube, path, want, err);
+    r = sbx_api_create(c->kube, path, want, err);
     if (r < 0)
         return r;
     if (r == 1) /* not when it existed already (our cache lagged) */
@@ -245,11 +320,20 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         json_equal(json_object_get(oc, "observedGeneration"),
                    json_object_get(wc, "observedGeneration")))
         return 0;
-    int r = sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
-                                  "sandboxclaims", sbx_meta_str(claim, "name"), old, want, err);
+    char qk[700];
+    uint64_t rv = 0;
+    if (!sbx_queue_key(qk, sizeof(qk), "claim", sbx_meta_str(claim, "namespace"),
+                       sbx_meta_str(claim, "name")))
+        return sbx_error_set(err, ENAMETOOLONG, "claim key");
+    if (sbx_ctrl_cache_behind(c, qk, claim))
+        return 0;
+    int r =
+        sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(claim, "namespace"),
+                              "sandboxclaims", sbx_meta_str(claim, "name"), old, want, &rv, err);
     if (r > 0) {
         char key[600];
         count_write(c);
+        sbx_ctrl_wrote(c, qk, rv);
         if (!strcmp(status, "True") && sbx_object_key(claim, key, sizeof(key)))
             sbx_ctrl_claim_ready(c, key, warm);
     }
@@ -316,7 +400,13 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
                 return r;
             if (r == 1) {
                 char qk[700];
-                /* The pool lost a sandbox: it refills (its events now reach the claim). */
+                /* The pool lost a sandbox: it refills (its events now reach the claim), at
+                 * once or after --sandbox-warm-pool-replenish-delay. */
+                if (c->opts.replenish_delay_ms) {
+                    pthread_mutex_lock(&c->mu);
+                    json_object_set_new(c->adopted, pkey, json_integer((json_int_t)sbx_now_ns()));
+                    pthread_mutex_unlock(&c->mu);
+                }
                 if (sbx_queue_key(qk, sizeof(qk), "pool", ns, pname))
                     sbx_ctrl_enqueue(c, qk, 0);
                 atomic_fetch_add(&c->claims_warm, 1);

@@ -23,6 +23,55 @@ static void enqueue(struct sbx_ctrl *c, const char *kind, const char *ns, const 
         sbx_ctrl_enqueue(c, key, 0);
 }
 
+#define STALE_WAIT_MS 5000
+
+void sbx_ctrl_wrote(struct sbx_ctrl *c, const char *qkey, uint64_t rv)
+{
+    if (!rv)
+        return;
+    pthread_mutex_lock(&c->mu);
+    json_object_set_new(c->wrote, qkey,
+                        json_pack("[I, I]", (json_int_t)rv, (json_int_t)sbx_now_ns()));
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool sbx_ctrl_cache_behind(struct sbx_ctrl *c, const char *qkey, json_t *cached)
+{
+    uint64_t now = sbx_now_ns(), rv = sbx_object_rv(cached);
+    bool behind = false;
+
+    pthread_mutex_lock(&c->mu);
+    json_t *w = json_object_get(c->wrote, qkey);
+    if (w) {
+        uint64_t wrv = (uint64_t)json_integer_value(json_array_get(w, 0));
+        uint64_t at = (uint64_t)json_integer_value(json_array_get(w, 1));
+        behind = rv && rv < wrv && now - at < STALE_WAIT_MS * 1000000ull;
+        if (!behind)
+            json_object_del(c->wrote, qkey);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (behind)
+        sbx_ctrl_enqueue(c, qkey, STALE_WAIT_MS);
+    return behind;
+}
+
+/* The cache now holds obj: forgets a write of ours it has caught up with. */
+static void seen(struct sbx_ctrl *c, const char *kind, enum sbx_event ev, json_t *obj)
+{
+    char qk[700];
+    uint64_t rv = sbx_object_rv(obj);
+
+    if (!sbx_queue_key(qk, sizeof(qk), kind, sbx_meta_str(obj, "namespace"),
+                       sbx_meta_str(obj, "name") ?: ""))
+        return;
+    pthread_mutex_lock(&c->mu);
+    json_t *w = json_object_get(c->wrote, qk);
+    if (w && (ev == SBX_EVENT_DELETED || !rv ||
+              rv >= (uint64_t)json_integer_value(json_array_get(w, 0))))
+        json_object_del(c->wrote, qk);
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* A Pod or Service changed: its Sandbox reconciles. */
 static void on_child(enum sbx_event ev, json_t *obj, void *arg)
 {
@@ -48,9 +97,12 @@ static void on_sandbox(enum sbx_event ev, json_t *obj, void *arg)
     char key[600];
 
     enqueue(c, "sandbox", ns, sbx_meta_str(obj, "name"));
+    seen(c, "sandbox", ev, obj);
     if (sbx_object_key(obj, key, sizeof(key))) {
         pthread_mutex_lock(&c->mu);
         json_object_del(c->expected, key); /* the cache has it now */
+        if (ev == SBX_EVENT_DELETED)
+            json_object_del(c->held, key);
         if (ev == SBX_EVENT_DELETED || !kind || strcmp(kind, "SandboxWarmPool") != 0)
             json_object_del(c->taken, key);
         pthread_mutex_unlock(&c->mu);
@@ -72,6 +124,7 @@ static void on_claim(enum sbx_event ev, json_t *obj, void *arg)
     struct sbx_ctrl *c = arg;
     char key[600];
 
+    seen(c, "claim", ev, obj);
     if (sbx_object_key(obj, key, sizeof(key))) {
         pthread_mutex_lock(&c->mu);
         if (ev == SBX_EVENT_DELETED)
@@ -121,6 +174,7 @@ static int worker(const char *key, void *arg)
     struct sbx_ctrl *c = arg;
     struct sbx_error err = {0};
     const char *colon = strchr(key, ':');
+    uint64_t t0 = sbx_now_ns();
     int r;
 
     /* Before the first lists, a missing object only means "not seen yet". */
@@ -142,7 +196,54 @@ static int worker(const char *key, void *arg)
         return 0;
     if (r < 0)
         log_warn(0, "%s: %s", key, err.msg);
+    log_debug("%s: reconciled in %.1f ms", key, (double)(sbx_now_ns() - t0) / 1e6);
     return r;
+}
+
+static const char *const child_meta[] = {"name",
+                                         "namespace",
+                                         "uid",
+                                         "resourceVersion",
+                                         "creationTimestamp",
+                                         "deletionTimestamp",
+                                         "labels",
+                                         "ownerReferences",
+                                         "generation",
+                                         NULL};
+
+/* Of a Pod the controller reads its identity and owner, spec.nodeName, and status.phase,
+ * conditions and podIPs (sandbox.c, pool.c); the rest is most of the object. */
+static void project_pod(json_t *pod)
+{
+    static const char *const top[] = {"metadata", "spec", "status", NULL};
+    static const char *const spec[] = {"nodeName", NULL};
+    static const char *const status[] = {"phase", "conditions", "podIPs", NULL};
+
+    sbx_json_keep(pod, top);
+    sbx_json_keep(json_object_get(pod, "metadata"), child_meta);
+    sbx_json_keep(json_object_get(pod, "spec"), spec);
+    sbx_json_keep(json_object_get(pod, "status"), status);
+}
+
+/* Of a Sandbox, all but its pod template (the bulk of it, read only to make its Pod: then it is
+ * fetched, see sandbox.c), its annotations and finalizers. */
+static void project_sandbox(json_t *sb)
+{
+    static const char *const top[] = {"metadata", "spec", "status", NULL};
+
+    sbx_json_keep(sb, top);
+    sbx_json_keep(json_object_get(sb, "metadata"), child_meta);
+    json_object_del(json_object_get(sb, "spec"), "podTemplate");
+    json_object_del(json_object_get(sb, "spec"), "volumeClaimTemplates");
+}
+
+/* Of a Service, only that it exists and whose it is. */
+static void project_service(json_t *svc)
+{
+    static const char *const top[] = {"metadata", NULL};
+
+    sbx_json_keep(svc, top);
+    sbx_json_keep(json_object_get(svc, "metadata"), child_meta);
 }
 
 static int start_informer(struct sbx_ctrl *c, const char *name, const char *group_path,
@@ -158,6 +259,12 @@ static int start_informer(struct sbx_ctrl *c, const char *name, const char *grou
         snprintf(path, sizeof(path), "%s/%s", group_path, resource);
     struct sbx_informer_opts o = {
         .name = name, .path = path, .label_selector = selector, .fn = fn, .arg = c};
+    if (!strcmp(resource, "pods"))
+        o.project = project_pod;
+    else if (!strcmp(resource, "sandboxes"))
+        o.project = project_sandbox;
+    else if (!strcmp(resource, "services"))
+        o.project = project_service;
     return sbx_informer_start(c->kube, &o, ret, err);
 }
 
@@ -180,7 +287,10 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
     c->expected = json_object();
     c->taken = json_object();
     c->claim_seen = json_object();
-    if (!c->expected || !c->taken || !c->claim_seen) {
+    c->held = json_object();
+    c->wrote = json_object();
+    c->adopted = json_object();
+    if (!c->expected || !c->taken || !c->claim_seen || !c->held || !c->wrote || !c->adopted) {
         r = sbx_error_set(err, ENOMEM, "controller");
         goto fail;
     }
@@ -265,6 +375,9 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
     json_decref(c->expected);
     json_decref(c->taken);
     json_decref(c->claim_seen);
+    json_decref(c->held);
+    json_decref(c->wrote);
+    json_decref(c->adopted);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -26,6 +26,9 @@ struct sbx_ctrl_opts {
     int pool_batch;           /* most sandboxes one pool creates in one reconcile */
     uint64_t pool_grace_ms;   /* a pool sandbox not Ready for this long is replaced... */
     uint64_t pool_recheck_ms; /* ...unless unschedulable: then held, looked at again after this */
+    uint64_t replenish_delay_ms; /* a pool waits this long after its last adoption to refill */
+    uint64_t write_behind_ms;    /* a Sandbox status change that keeps its Ready condition waits
+                                    this long for more (0: written at once) */
 };
 
 struct sbx_ctrl {
@@ -39,7 +42,12 @@ struct sbx_ctrl {
     json_t *expected;           /* "ns/name" -> pool key: created, not yet in the cache */
     json_t *taken;              /* "ns/name" -> claim key: a warm sandbox being adopted */
     json_t *claim_seen;         /* "ns/name" -> when the claim was first seen unready (ns) */
+    json_t *held;               /* "ns/name" -> since when a Sandbox's status write waits (ns) */
+    json_t *adopted;            /* pool "ns/name" -> when a claim last took one of its own (ns) */
+    json_t *wrote; /* queue key -> [resourceVersion, when (ns)] of our last status write to the
+                      object, until its cache shows it */
     atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
+    atomic_uint_least64_t sandbox_status_writes, sandbox_status_held, refills_deferred;
     struct sbx_histogram claim_ready[2]; /* seen to Ready written: [0] cold, [1] warm */
 };
 
@@ -65,6 +73,14 @@ int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char 
 
 /* Queues a "kind:ns/name" key on its queue, now or after delay_ms. */
 void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms);
+
+/* Stale caches. A reconcile that read a cached copy older than our last status write to the
+ * object would write again what was just written (a second write a claim, a sandbox). After a
+ * write, sbx_ctrl_wrote records the resourceVersion the API server answered; until the informer
+ * shows that version (at most 5 s), sbx_ctrl_cache_behind is true and queues the key for the end
+ * of that wait; the write's own watch event queues it sooner. qkey is "kind:ns/name". */
+void sbx_ctrl_wrote(struct sbx_ctrl *c, const char *qkey, uint64_t rv);
+bool sbx_ctrl_cache_behind(struct sbx_ctrl *c, const char *qkey, json_t *cached);
 
 /* A claim's status now says Ready: observes the time since it was first seen. */
 void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm);

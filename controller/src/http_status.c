@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "parse.h"
 
 struct sbx_status_server {
@@ -53,8 +54,23 @@ static void informer_metrics(FILE *f, const char *name, struct sbx_informer *inf
             (unsigned long long)st.gone);
 }
 
+static void lag_metrics(FILE *f, const char *name, struct sbx_informer *inf)
+{
+    char labels[64];
+
+    if (!inf)
+        return;
+    snprintf(labels, sizeof(labels), "resource=\"%s\"", name);
+    sbx_histogram_write(f, "sandboxd_controller_watch_lag_seconds", labels, sbx_informer_lag(inf));
+}
+
 static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
 {
+    size_t holding;
+
+    pthread_mutex_lock(&c->mu);
+    holding = json_object_size(c->held);
+    pthread_mutex_unlock(&c->mu);
     fprintf(f,
             "# TYPE sandboxd_controller_queue_depth gauge\n"
             "sandboxd_controller_queue_depth %zu\n"
@@ -62,23 +78,39 @@ static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
             "sandboxd_controller_claim_writes_total %llu\n"
             "# TYPE sandboxd_controller_claims_total counter\n"
             "sandboxd_controller_claims_total{start=\"warm\"} %llu\n"
-            "sandboxd_controller_claims_total{start=\"cold\"} %llu\n",
+            "sandboxd_controller_claims_total{start=\"cold\"} %llu\n"
+            "# TYPE sandboxd_controller_sandbox_status_writes_total counter\n"
+            "sandboxd_controller_sandbox_status_writes_total %llu\n"
+            "# TYPE sandboxd_controller_sandbox_status_held_total counter\n"
+            "sandboxd_controller_sandbox_status_held_total %llu\n"
+            "# TYPE sandboxd_controller_sandbox_status_holding gauge\n"
+            "sandboxd_controller_sandbox_status_holding %zu\n"
+            "# TYPE sandboxd_controller_pool_refills_deferred_total counter\n"
+            "sandboxd_controller_pool_refills_deferred_total %llu\n",
             sbx_wq_len(c->queue) + sbx_wq_len(c->claim_queue),
             (unsigned long long)atomic_load(&c->claim_writes),
             (unsigned long long)atomic_load(&c->claims_warm),
-            (unsigned long long)atomic_load(&c->claims_cold));
+            (unsigned long long)atomic_load(&c->claims_cold),
+            (unsigned long long)atomic_load(&c->sandbox_status_writes),
+            (unsigned long long)atomic_load(&c->sandbox_status_held), holding,
+            (unsigned long long)atomic_load(&c->refills_deferred));
     fprintf(f, "# TYPE sandboxd_controller_claim_ready_seconds histogram\n");
     sbx_histogram_write(f, "sandboxd_controller_claim_ready_seconds", "start=\"warm\"",
                         &c->claim_ready[1]);
     sbx_histogram_write(f, "sandboxd_controller_claim_ready_seconds", "start=\"cold\"",
                         &c->claim_ready[0]);
+    struct {
+        const char *name;
+        struct sbx_informer *inf;
+    } infs[] = {{"sandboxes", c->sandboxes},    {"pods", c->pods},
+                {"services", c->services},      {"sandboxtemplates", c->templates},
+                {"sandboxwarmpools", c->pools}, {"sandboxclaims", c->claims}};
     fprintf(f, "# TYPE sandboxd_controller_informer_lists_total counter\n");
-    informer_metrics(f, "sandboxes", c->sandboxes);
-    informer_metrics(f, "pods", c->pods);
-    informer_metrics(f, "services", c->services);
-    informer_metrics(f, "sandboxtemplates", c->templates);
-    informer_metrics(f, "sandboxwarmpools", c->pools);
-    informer_metrics(f, "sandboxclaims", c->claims);
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)
+        informer_metrics(f, infs[i].name, infs[i].inf);
+    fprintf(f, "# TYPE sandboxd_controller_watch_lag_seconds histogram\n");
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)
+        lag_metrics(f, infs[i].name, infs[i].inf);
 }
 
 static char *metrics(struct sbx_status_server *s)
@@ -101,10 +133,17 @@ static char *metrics(struct sbx_status_server *s)
             "sandboxd_controller_api_throttled_total %llu\n"
             "# TYPE sandboxd_controller_api_errors_total counter\n"
             "sandboxd_controller_api_errors_total %llu\n"
+            "# TYPE sandboxd_controller_api_connections gauge\n"
+            "sandboxd_controller_api_connections %d\n"
+            "# TYPE sandboxd_controller_api_connections_opened_total counter\n"
+            "sandboxd_controller_api_connections_opened_total{use=\"requests\"} %llu\n"
+            "sandboxd_controller_api_connections_opened_total{use=\"watches\"} %llu\n"
             "# TYPE sandboxd_controller_leader gauge\n"
             "sandboxd_controller_leader %d\n",
             (unsigned long long)ks.requests, (unsigned long long)ks.writes,
-            (unsigned long long)ks.throttled, (unsigned long long)ks.errors, c ? 1 : 0);
+            (unsigned long long)ks.throttled, (unsigned long long)ks.errors, ks.connections,
+            (unsigned long long)ks.opened_requests, (unsigned long long)ks.opened_watches,
+            c ? 1 : 0);
     if (c)
         ctrl_metrics(f, c);
     if (fclose(f) != 0) {

@@ -1,6 +1,7 @@
 #include "informer.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ struct sbx_informer {
     int watch_timeout_s, page_size;
     sbx_informer_fn fn;
     void *arg;
+    void (*project)(json_t *obj);
+    struct sbx_histogram lag;
     pthread_t thread;
     bool started;
     pthread_mutex_t mu; /* guards cache, rv, synced, stats */
@@ -51,10 +54,28 @@ static const char *object_rv(json_t *obj)
     return json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
 }
 
+void sbx_json_keep(json_t *obj, const char *const *keep)
+{
+    const char *key;
+    json_t *v;
+    void *tmp;
+
+    json_object_foreach_safe(obj, tmp, key, v)
+    {
+        const char *const *k = keep;
+        while (*k && strcmp(*k, key) != 0)
+            k++;
+        if (!*k)
+            json_object_del(obj, key);
+    }
+}
+
 /* Drops what the controller never reads; managedFields alone is often half an object. */
-static void trim(json_t *obj)
+static void trim(struct sbx_informer *inf, json_t *obj)
 {
     json_object_del(json_object_get(obj, "metadata"), "managedFields");
+    if (inf->project)
+        inf->project(obj);
 }
 
 static void set_rv(struct sbx_informer *inf, const char *rv)
@@ -75,7 +96,7 @@ static void apply(struct sbx_informer *inf, enum sbx_event ev, json_t *obj)
         json_decref(obj);
         return;
     }
-    trim(obj);
+    trim(inf, obj);
     pthread_mutex_lock(&inf->mu);
     if (ev == SBX_EVENT_DELETED)
         json_object_del(inf->cache, key);
@@ -135,7 +156,7 @@ static int relist(struct sbx_informer *inf, struct sbx_error *err)
         {
             char k[600];
             if (sbx_object_key(obj, k, sizeof(k))) {
-                trim(obj);
+                trim(inf, obj);
                 json_object_set(fresh, k, obj);
             }
         }
@@ -168,6 +189,9 @@ static int relist(struct sbx_informer *inf, struct sbx_error *err)
             apply(inf, old ? SBX_EVENT_MODIFIED : SBX_EVENT_ADDED, json_incref(obj));
     }
     set_rv(inf, rv);
+    json_decref(fresh);
+    fresh = NULL;
+    malloc_trim(0); /* the pages of the list's answers, parsed and dropped */
     pthread_mutex_lock(&inf->mu);
     inf->synced = true;
     inf->need_list = false;
@@ -223,6 +247,9 @@ static int on_line(const char *line, size_t len, void *arg)
                                                    : (enum sbx_event) - 1;
     if ((int)e < 0 || !json_is_object(obj))
         return 0;
+    uint64_t lag = sbx_kube_write_seen(inf->kube, object_rv(obj));
+    if (lag)
+        sbx_histogram_observe(&inf->lag, lag);
     set_rv(inf, object_rv(obj));
     apply(inf, e, json_incref(obj));
     return 0;
@@ -309,6 +336,7 @@ int sbx_informer_start(struct sbx_kube *k, const struct sbx_informer_opts *opts,
     inf->page_size = opts->page_size > 0 ? opts->page_size : 500;
     inf->fn = opts->fn;
     inf->arg = opts->arg;
+    inf->project = opts->project;
     inf->cache = json_object();
     inf->need_list = true;
     pthread_mutex_init(&inf->mu, NULL);
@@ -381,4 +409,9 @@ void sbx_informer_stats(struct sbx_informer *inf, struct sbx_informer_stats *ret
     pthread_mutex_lock(&inf->mu);
     *ret = inf->stats;
     pthread_mutex_unlock(&inf->mu);
+}
+
+const struct sbx_histogram *sbx_informer_lag(struct sbx_informer *inf)
+{
+    return &inf->lag;
 }

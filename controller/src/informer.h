@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "histogram.h"
 #include "kube.h"
 
 enum sbx_event {
@@ -29,6 +30,9 @@ struct sbx_informer_opts {
     int page_size;              /* list page size (500 when 0) */
     sbx_informer_fn fn;
     void *arg;
+    /* Strips obj (borrowed, modified in place) to the fields the controller reads before it is
+     * cached (field projection); NULL keeps whole objects. managedFields always goes. */
+    void (*project)(json_t *obj);
 };
 
 struct sbx_informer;
@@ -53,6 +57,13 @@ struct sbx_informer_stats {
     uint64_t lists, watches, events, bookmarks, gone;
 };
 void sbx_informer_stats(struct sbx_informer *inf, struct sbx_informer_stats *ret);
+
+/* Watch lag: for each event that carries a write of ours (see sbx_kube_write_seen), the time from
+ * the API server's answer to the write to the event's arrival. */
+const struct sbx_histogram *sbx_informer_lag(struct sbx_informer *inf);
+
+/* Keeps only the members of obj named in `keep` (a NULL-terminated list). */
+void sbx_json_keep(json_t *obj, const char *const *keep);
 
 /* "namespace/name" of obj into buf; returns buf or NULL when it has no name or does not fit. */
 char *sbx_object_key(json_t *obj, char *buf, size_t size);

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bucket.h"
 #include "cleanup.h"
+#include "log.h"
 
 #define MAX_BODY        (64u << 20)
 #define MAX_TOKEN       (64u << 10)
@@ -24,17 +26,22 @@ struct sbx_kube {
     pthread_mutex_t token_mu;
     char *token; /* current bearer token (from cfg.token or cfg.token_file) */
     uint64_t token_read_ns;
-    pthread_key_t handle_key; /* one reused easy handle per thread: one connection each */
-    atomic_uint_least64_t requests, writes, throttled, errors;
+    /* Non-watch requests take one of `nconns` easy handles, each keeping one connection
+     * alive: at most nconns requests in flight, on at most nconns connections. */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t conn_cond;
+    int nconns;
+    CURL **conns;
+    bool *busy;
+    unsigned next; /* where the search for a free handle starts: spreads the load */
+    atomic_uint_least64_t requests, writes, throttled, errors, opened[2];
+    pthread_mutex_t lag_mu;
+    json_t *written;   /* resourceVersion of a write of ours -> when it was answered (ns) */
+    uint64_t swept_ns; /* last sweep of `written` */
 };
 
 SBX_DEFINE_CLEANUP(CURL *, curl_easy_cleanup)
 SBX_DEFINE_CLEANUP(struct curl_slist *, curl_slist_free_all)
-
-static void handle_destroy(void *h)
-{
-    curl_easy_cleanup(h);
-}
 
 /* Re-reads the token file when forced or older than a minute. Keeps the old token when the file
  * cannot be read (a rotation in progress). */
@@ -69,10 +76,17 @@ int sbx_kube_new(struct sbx_kube_config *cfg, const struct sbx_kube_opts *opts,
     k->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
     k->user_agent = strdup(opts->user_agent ? opts->user_agent : "sandboxd-controller");
     pthread_mutex_init(&k->token_mu, NULL);
+    pthread_mutex_init(&k->conn_mu, NULL);
+    pthread_cond_init(&k->conn_cond, NULL);
+    pthread_mutex_init(&k->lag_mu, NULL);
     sbx_bucket_init(&k->bucket, opts->qps, opts->burst, sbx_now_ns());
     if (k->cfg.token)
         k->token = strdup(k->cfg.token);
-    if (pthread_key_create(&k->handle_key, handle_destroy) != 0 || !k->user_agent) {
+    k->nconns = opts->connections > 0 ? opts->connections : 1;
+    k->conns = calloc((size_t)k->nconns, sizeof(*k->conns));
+    k->busy = calloc((size_t)k->nconns, sizeof(*k->busy));
+    k->written = json_object();
+    if (!k->conns || !k->busy || !k->written || !k->user_agent) {
         sbx_kube_free(k);
         return sbx_error_set(err, ENOMEM, "kube client");
     }
@@ -90,12 +104,14 @@ void sbx_kube_free(struct sbx_kube *k)
 {
     if (!k)
         return;
-    CURL *h = pthread_getspecific(k->handle_key);
-    if (h) {
-        pthread_setspecific(k->handle_key, NULL);
-        curl_easy_cleanup(h);
-    }
-    pthread_key_delete(k->handle_key);
+    for (int i = 0; k->conns && i < k->nconns; i++)
+        curl_easy_cleanup(k->conns[i]);
+    free(k->conns);
+    free(k->busy);
+    json_decref(k->written);
+    pthread_mutex_destroy(&k->lag_mu);
+    pthread_cond_destroy(&k->conn_cond);
+    pthread_mutex_destroy(&k->conn_mu);
     sbx_kube_config_release(&k->cfg);
     sbx_bucket_release(&k->bucket);
     pthread_mutex_destroy(&k->token_mu);
@@ -115,6 +131,9 @@ void sbx_kube_stats(struct sbx_kube *k, struct sbx_kube_stats *ret)
     ret->writes = atomic_load(&k->writes);
     ret->throttled = atomic_load(&k->throttled);
     ret->errors = atomic_load(&k->errors);
+    ret->opened_requests = atomic_load(&k->opened[0]);
+    ret->opened_watches = atomic_load(&k->opened[1]);
+    ret->connections = k->nconns;
 }
 
 char *sbx_kube_escape(const char *s, char *buf, size_t size)
@@ -254,20 +273,113 @@ static int curl_fail(CURLcode rc, const char *method, const char *path, struct s
     return sbx_error_set(err, e, "%s %s: %s", method, path, curl_easy_strerror(rc));
 }
 
-static CURL *thread_handle(struct sbx_kube *k)
+/* Takes a free handle (its index into *ret), waiting at most the request timeout for one. A
+ * handle that has not been used yet is made here. */
+static int conn_take(struct sbx_kube *k, int *ret, struct sbx_error *err)
 {
-    CURL *h = pthread_getspecific(k->handle_key);
+    struct timespec until;
+    int r = 0, idx = -1;
 
-    if (h) {
-        curl_easy_reset(h);
-        return h;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += k->timeout_ms / 1000;
+    until.tv_nsec += (k->timeout_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
     }
-    h = curl_easy_init();
-    if (h && pthread_setspecific(k->handle_key, h) != 0) {
-        curl_easy_cleanup(h);
-        h = NULL;
+    pthread_mutex_lock(&k->conn_mu);
+    while (idx < 0) {
+        for (int i = 0; i < k->nconns && idx < 0; i++) {
+            int j = (int)((k->next + (unsigned)i) % (unsigned)k->nconns);
+            if (!k->busy[j])
+                idx = j;
+        }
+        if (idx < 0 && (r = pthread_cond_timedwait(&k->conn_cond, &k->conn_mu, &until)) != 0)
+            break;
     }
-    return h;
+    if (idx >= 0) {
+        k->busy[idx] = true;
+        k->next = (unsigned)idx + 1;
+    }
+    pthread_mutex_unlock(&k->conn_mu);
+    if (idx < 0)
+        return sbx_error_set(err, r == ETIMEDOUT ? ETIMEDOUT : r,
+                             "no free API connection of %d in %ld ms", k->nconns, k->timeout_ms);
+    if (!k->conns[idx] && !(k->conns[idx] = curl_easy_init())) {
+        pthread_mutex_lock(&k->conn_mu);
+        k->busy[idx] = false;
+        pthread_cond_signal(&k->conn_cond);
+        pthread_mutex_unlock(&k->conn_mu);
+        return sbx_error_set(err, ENOMEM, "curl handle");
+    }
+    curl_easy_reset(k->conns[idx]); /* keeps its connection */
+    *ret = idx;
+    return 0;
+}
+
+static void conn_give(struct sbx_kube *k, int idx)
+{
+    pthread_mutex_lock(&k->conn_mu);
+    k->busy[idx] = false;
+    pthread_cond_signal(&k->conn_cond);
+    pthread_mutex_unlock(&k->conn_mu);
+}
+
+static void count_connects(struct sbx_kube *k, CURL *h, int kind)
+{
+    long n = 0;
+
+    if (curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &n) == CURLE_OK && n > 0)
+        atomic_fetch_add(&k->opened[kind], (uint64_t)n);
+}
+
+#define MAX_WRITTEN    8192
+#define WRITTEN_TTL_NS (60ull * 1000000000u)
+
+/* A write of ours was answered with this object: remember its resourceVersion, so that the
+ * watch event carrying it tells how long the event took to reach us. Entries no watch claims
+ * (objects nobody watches) go after a minute; when the map is full of younger ones, the write
+ * is not remembered. */
+static void remember_write(struct sbx_kube *k, json_t *obj)
+{
+    const char *rv =
+        json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+    uint64_t now = sbx_now_ns();
+    const char *key;
+    json_t *v;
+    void *tmp;
+
+    if (!rv)
+        return;
+    pthread_mutex_lock(&k->lag_mu);
+    if (json_object_size(k->written) >= MAX_WRITTEN && now - k->swept_ns > 1000000000u) {
+        k->swept_ns = now;
+        json_object_foreach_safe(k->written, tmp, key, v)
+        {
+            if (now - (uint64_t)json_integer_value(v) > WRITTEN_TTL_NS)
+                json_object_del(k->written, key);
+        }
+    }
+    if (json_object_size(k->written) < MAX_WRITTEN)
+        json_object_set_new(k->written, rv, json_integer((json_int_t)now));
+    pthread_mutex_unlock(&k->lag_mu);
+}
+
+uint64_t sbx_kube_write_seen(struct sbx_kube *k, const char *rv)
+{
+    uint64_t at = 0, now;
+
+    if (!rv)
+        return 0;
+    pthread_mutex_lock(&k->lag_mu);
+    json_t *v = json_object_get(k->written, rv);
+    if (v) {
+        at = (uint64_t)json_integer_value(v);
+        json_object_del(k->written, rv);
+    }
+    pthread_mutex_unlock(&k->lag_mu);
+    now = sbx_now_ns();
+    return at ? (now > at ? now - at : 1) : 0;
 }
 
 static int request_once(struct sbx_kube *k, const char *method, const char *path,
@@ -276,18 +388,24 @@ static int request_once(struct sbx_kube *k, const char *method, const char *path
 {
     _cleanup_(curl_slist_free_allp) struct curl_slist *hdr = NULL;
     struct body_buf b = {0};
-    CURL *h = thread_handle(k);
+    bool write = strcmp(method, "GET") != 0;
     CURLcode rc;
     long status = 0;
-    int r;
+    json_t *body = NULL;
+    int r, idx = -1;
 
-    if (!h)
-        return sbx_error_set(err, ENOMEM, "curl handle");
-    if ((r = setup_handle(k, h, path, err)) < 0)
-        return r;
     hdr = headers(k, payload ? (content_type ? content_type : "application/json") : NULL);
     if (!hdr)
         return sbx_error_set(err, ENOMEM, "headers");
+    /* The bucket first: a request waiting for its turn holds no connection. */
+    sbx_bucket_wait(&k->bucket);
+    if ((r = conn_take(k, &idx, err)) < 0)
+        return r;
+    CURL *h = k->conns[idx];
+    if ((r = setup_handle(k, h, path, err)) < 0) {
+        conn_give(k, idx);
+        return r;
+    }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, k->timeout_ms);
@@ -299,11 +417,17 @@ static int request_once(struct sbx_kube *k, const char *method, const char *path
     }
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    sbx_bucket_wait(&k->bucket);
     atomic_fetch_add(&k->requests, 1);
-    if (strcmp(method, "GET") != 0)
+    if (write)
         atomic_fetch_add(&k->writes, 1);
+    uint64_t t0 = sbx_now_ns();
     rc = curl_easy_perform(h);
+    count_connects(k, h, 0);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    conn_give(k, idx);
+    log_debug("%s %s: %ld in %.1f ms (connection %d)", method, path, status,
+              (double)(sbx_now_ns() - t0) / 1e6, idx);
     if (rc != CURLE_OK) {
         atomic_fetch_add(&k->errors, 1);
         free(b.data);
@@ -312,13 +436,18 @@ static int request_once(struct sbx_kube *k, const char *method, const char *path
                                  MAX_BODY);
         return curl_fail(rc, method, path, err);
     }
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (status == 429)
         atomic_fetch_add(&k->throttled, 1);
     *ret_status = status;
-    if (ret_body)
-        *ret_body = b.data ? json_loadb(b.data, b.len, 0, NULL) : NULL;
+    if (b.data && (ret_body || (write && status >= 200 && status < 300)))
+        body = json_loadb(b.data, b.len, 0, NULL);
     free(b.data);
+    if (write && status >= 200 && status < 300)
+        remember_write(k, body);
+    if (ret_body)
+        *ret_body = body;
+    else
+        json_decref(body);
     return 0;
 }
 
@@ -420,6 +549,7 @@ int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_k
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 90L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     atomic_fetch_add(&k->requests, 1);
+    atomic_fetch_add(&k->opened[1], 1); /* a fresh handle: a connection of its own */
     rc = curl_easy_perform(h);
     /* An error answer is one JSON object, maybe without a newline. */
     if (rc == CURLE_OK && s.fn_result == 0 && s.line.len > 0)

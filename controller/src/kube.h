@@ -1,5 +1,11 @@
 /* A Kubernetes API client on libcurl: JSON requests with client-side QPS/burst, bearer tokens
- * re-read from a rotating file, and streamed watches on connections of their own. */
+ * re-read from a rotating file, and streamed watches on connections of their own.
+ *
+ * Connections: non-watch requests (lists, reads, writes, the lease) are spread over a fixed set
+ * of N connections, one request in flight on each (a request waits for a free one, at most the
+ * request timeout); each watch has a connection of its own for as long as it streams. A burst of
+ * writes therefore never queues in front of watch events on a shared connection, and the API
+ * server sees at most N + (number of watches) connections from us. */
 #pragma once
 
 #include <jansson.h>
@@ -14,6 +20,7 @@ struct sbx_kube_opts {
     double qps;      /* client-side requests per second; <= 0 for no limit */
     int burst;       /* bucket capacity */
     long timeout_ms; /* whole-request timeout of non-watch requests */
+    int connections; /* non-watch requests share this many connections (1 when <= 0) */
     const char *user_agent;
 };
 
@@ -44,8 +51,15 @@ int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_k
 /* Counters by verb class and status, for metrics and tests. */
 struct sbx_kube_stats {
     uint64_t requests, writes, throttled /* 429 */, errors /* transport */;
+    uint64_t opened_requests, opened_watches; /* connections opened */
+    int connections;                          /* the request connections' limit */
 };
 void sbx_kube_stats(struct sbx_kube *k, struct sbx_kube_stats *ret);
+
+/* A watch delivered an object at resourceVersion rv. When a write of ours was answered with rv
+ * (in the last minute), returns the nanoseconds since that answer (at least 1) and forgets it:
+ * how long the watch took to bring our own change back. Else 0. */
+uint64_t sbx_kube_write_seen(struct sbx_kube *k, const char *rv);
 
 /* The namespace of the in-cluster service account or kubeconfig context, or NULL. */
 const char *sbx_kube_namespace(struct sbx_kube *k);

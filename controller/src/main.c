@@ -2,6 +2,7 @@
  * signal. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ static long long arg_rest_port = 8080;
 static long long arg_workers = 8;
 static long long arg_claim_workers = 8;
 static long long arg_kube_api_burst = 100;
+static long long arg_api_connections = 8;
 static double arg_kube_api_qps = 50;
 static double arg_refill_rate = 0;
 static bool arg_leader_elect = true;
@@ -47,6 +49,8 @@ static long long arg_pool_batch = 300;
 static uint64_t arg_pool_grace_ms = 5 * 60 * 1000;
 static uint64_t arg_pool_recheck_ms = 60 * 1000;
 static uint64_t arg_kube_api_timeout_ms = 30000;
+static uint64_t arg_write_behind_ms = 0;
+static uint64_t arg_replenish_delay_ms = 0;
 
 static int opt_port(const char *v, void *dst)
 {
@@ -89,6 +93,9 @@ static const struct sbx_flag options[] = {
     {"kube-api-qps", opt_qps, &arg_kube_api_qps,
      "client-side requests per second, <= 0 for no limit (50)"},
     {"kube-api-burst", opt_count, &arg_kube_api_burst, "client-side burst (100)"},
+    {"api-connections", opt_count, &arg_api_connections,
+     "connections to the API server that non-watch requests share, one request in flight on "
+     "each; every watch has one of its own besides (8)"},
     {"kube-api-timeout", sbx_flag_duration, &arg_kube_api_timeout_ms,
      "timeout of one non-watch request (30s)"},
     {"sandbox-concurrent-workers", opt_count, &arg_workers,
@@ -109,6 +116,13 @@ static const struct sbx_flag options[] = {
      "a warm-pool sandbox not Ready for this long is replaced, unless unschedulable (5m)"},
     {"sandbox-warm-pool-unschedulable-recheck-interval", sbx_flag_duration, &arg_pool_recheck_ms,
      "how often a pool holding unschedulable sandboxes looks again (1m)"},
+    {"sandbox-warm-pool-replenish-delay", sbx_flag_duration, &arg_replenish_delay_ms,
+     "a pool refills this long after a claim last took one of its sandboxes, so a burst of "
+     "claims has the API server first (0: at once)"},
+    {"sandbox-write-behind-window", sbx_flag_duration, &arg_write_behind_ms,
+     "a Sandbox status change that keeps its Ready condition (node, IPs, message of a Pod not "
+     "Ready yet) waits this long, so one write carries the changes of the window; Ready "
+     "transitions are written at once (0: no waiting)"},
     {"sandbox-claim-concurrent-workers", opt_count, &arg_claim_workers,
      "SandboxClaim reconcile workers, on a queue of their own (8)"},
     {"cluster-domain", sbx_flag_string, &arg_cluster_domain, "cluster domain of service FQDNs"},
@@ -204,6 +218,9 @@ int main(int argc, char **argv)
     r = parse_args(argc, argv);
     if (r != 0)
         return r > 0 ? 0 : 2;
+    /* Two malloc arenas, not eight per core: every worker parses JSON, and memory freed in an
+     * arena of its own stays with that arena. */
+    mallopt(M_ARENA_MAX, 2);
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
@@ -217,6 +234,7 @@ int main(int argc, char **argv)
     struct sbx_kube_opts kopts = {.qps = arg_kube_api_qps,
                                   .burst = (int)arg_kube_api_burst,
                                   .timeout_ms = (long)arg_kube_api_timeout_ms,
+                                  .connections = (int)arg_api_connections,
                                   .user_agent = "sandboxd-controller/" SANDBOXD_VERSION};
     struct sbx_ctrl_opts copts = {
         .namespace = arg_namespace,
@@ -227,6 +245,8 @@ int main(int argc, char **argv)
         .pool_batch = (int)arg_pool_batch,
         .pool_grace_ms = arg_pool_grace_ms,
         .pool_recheck_ms = arg_pool_recheck_ms ? arg_pool_recheck_ms : 1000,
+        .write_behind_ms = arg_write_behind_ms,
+        .replenish_delay_ms = arg_replenish_delay_ms,
         .inject = {.image = arg_sandboxd_image,
                    .runtime_class = arg_default_runtime_class,
                    .probe = strcmp(arg_sandboxd_probe, "grpc") ? SBX_PROBE_HTTP : SBX_PROBE_GRPC,
@@ -241,9 +261,9 @@ int main(int argc, char **argv)
         goto out;
     }
     log_info("sandboxd-controller %s up (namespace %s, %lld workers, qps %g burst %lld, "
-             "metrics on port %d)",
+             "%lld API connections, metrics on port %d)",
              SANDBOXD_VERSION, arg_namespace ? arg_namespace : "all", arg_workers, arg_kube_api_qps,
-             arg_kube_api_burst, sbx_status_server_port(status));
+             arg_kube_api_burst, arg_api_connections, sbx_status_server_port(status));
     /* A standby waits for the lease; a signal ends the wait. */
     r = wait_for(&set, leader, 1);
     if (r > 0) {

@@ -174,8 +174,9 @@ static int pool_status(struct sbx_ctrl *c, json_t *pool, int replicas, int ready
                                   json_object_get(json_object_get(pool, "metadata"), "generation"));
     if (!want)
         return sbx_error_set(err, ENOMEM, "status");
-    int r = sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(pool, "namespace"),
-                                  "sandboxwarmpools", sbx_meta_str(pool, "name"), old, want, err);
+    int r =
+        sbx_api_update_status(c->kube, SBX_EXT_API_VERSION, sbx_meta_str(pool, "namespace"),
+                              "sandboxwarmpools", sbx_meta_str(pool, "name"), old, want, NULL, err);
     return r < 0 ? r : 0;
 }
 
@@ -233,6 +234,26 @@ static int replace_stuck(struct sbx_ctrl *c, json_t *owned, const char *ns, cons
     return 0;
 }
 
+/* How long the pool still waits before refilling: --sandbox-warm-pool-replenish-delay after
+ * the last claim took one of its sandboxes (each adoption re-arms it), so that a burst of claims
+ * has the API server to itself. 0 when it need not wait. */
+static uint64_t replenish_wait(struct sbx_ctrl *c, const char *key)
+{
+    uint64_t now = sbx_now_ns(), delay = c->opts.replenish_delay_ms * 1000000, wait = 0;
+
+    if (!delay)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    json_t *at = json_object_get(c->adopted, key);
+    uint64_t since = at ? now - (uint64_t)json_integer_value(at) : delay;
+    if (since < delay)
+        wait = (delay - since) / 1000000 + 1;
+    else
+        json_object_del(c->adopted, key);
+    pthread_mutex_unlock(&c->mu);
+    return wait;
+}
+
 int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *pool = sbx_informer_get(c->pools, key);
@@ -257,7 +278,13 @@ int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *er
     snprintf(pool_key, sizeof(pool_key), "%s", key);
     count(c, pool, pool_key, &cs);
     int have = (int)json_array_size(cs.owned) + cs.expected;
-    if (have < want && tmpl) {
+    uint64_t hold_ms = have < want ? replenish_wait(c, key) : 0;
+    if (hold_ms > 0) {
+        char qk[700];
+        if (sbx_queue_key(qk, sizeof(qk), "pool", ns, name))
+            sbx_ctrl_enqueue(c, qk, hold_ms);
+        atomic_fetch_add(&c->refills_deferred, 1);
+    } else if (have < want && tmpl) {
         bool paced;
         int n = want - have;
         r = fill(c, pool, tmpl, pool_key, n < c->opts.pool_batch ? n : c->opts.pool_batch, &paced,

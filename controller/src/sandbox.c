@@ -47,6 +47,33 @@ static int remove_children(struct sbx_ctrl *c, const char *key, const char *ns, 
     return 0;
 }
 
+/* The whole Sandbox, pod template included (the cache keeps none), at least as new as the cached
+ * copy: served from the API server's watch cache. Returns 0 with *ret (NULL when it is gone or is
+ * another object by now). */
+static int fetch_whole(struct sbx_ctrl *c, json_t *sb, const char *ns, json_t **ret,
+                       struct sbx_error *err)
+{
+    json_auto_t *body = NULL;
+    char path[800];
+    long status;
+    int r;
+
+    *ret = NULL;
+    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s?resourceVersion=%s",
+             SBX_API_VERSION, ns, sbx_meta_str(sb, "name"),
+             sbx_meta_str(sb, "resourceVersion") ?: "0");
+    if ((r = sbx_kube_request(c->kube, "GET", path, NULL, NULL, &status, &body, err)) < 0)
+        return r;
+    if (status == 404)
+        return 0;
+    if (status != 200)
+        return sbx_error_set(err, EIO, "GET %s: HTTP %ld", path, status);
+    const char *uid = sbx_meta_str(body, "uid"), *cached = sbx_meta_str(sb, "uid");
+    if (uid && cached && !strcmp(uid, cached))
+        *ret = json_incref(body);
+    return 0;
+}
+
 static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *svc, const char *ns,
                           struct sbx_error *err)
 {
@@ -54,10 +81,14 @@ static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *s
     int r;
 
     if (!pod) {
-        json_auto_t *want = NULL, *secret = NULL;
+        json_auto_t *want = NULL, *secret = NULL, *whole = NULL;
         unsigned char raw[32];
         char token[65];
-        if ((r = sbx_sandbox_pod(sb, &c->opts.inject, &want, err)) < 0)
+        if ((r = fetch_whole(c, sb, ns, &whole, err)) < 0)
+            return r;
+        if (!whole) /* deleted meanwhile: its event comes */
+            return 0;
+        if ((r = sbx_sandbox_pod(whole, &c->opts.inject, &want, err)) < 0)
             return r;
         if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
             return sbx_error_set(err, errno, "getrandom");
@@ -148,6 +179,49 @@ static json_t *desired_status(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_
     return st;
 }
 
+/* Write-behind: a status change that leaves the Ready condition's status and reason as they are
+ * (a Pending Pod got its node, its message changed) is progress nobody acts on; it waits up to
+ * --sandbox-write-behind-window so that the changes of that window go out in one write, or in
+ * the write of the next Ready transition, which is never held. Returns true when this write is
+ * held (the key is queued for the end of the window). */
+static bool hold_write(struct sbx_ctrl *c, const char *key, json_t *old, json_t *want)
+{
+    json_t *oc = NULL, *wc = json_array_get(json_object_get(want, "conditions"), 0), *cond;
+    uint64_t now = sbx_now_ns(), window = c->opts.write_behind_ms * 1000000;
+    bool hold = false;
+    size_t i;
+
+    json_array_foreach(json_object_get(old, "conditions"), i, cond)
+    {
+        const char *t = json_string_value(json_object_get(cond, "type"));
+        if (t && !strcmp(t, "Ready"))
+            oc = cond;
+    }
+    bool progress = window && oc &&
+                    json_equal(json_object_get(oc, "status"), json_object_get(wc, "status")) &&
+                    json_equal(json_object_get(oc, "reason"), json_object_get(wc, "reason"));
+    pthread_mutex_lock(&c->mu);
+    json_t *since = json_object_get(c->held, key);
+    if (!progress) {
+        json_object_del(c->held, key);
+    } else if (!since) {
+        json_object_set_new(c->held, key, json_integer((json_int_t)now));
+        hold = true;
+    } else {
+        hold = now - (uint64_t)json_integer_value(since) < window;
+        if (!hold)
+            json_object_del(c->held, key);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (hold && !since) {
+        char qk[700];
+        if (snprintf(qk, sizeof(qk), "sandbox:%s", key) < (int)sizeof(qk))
+            sbx_ctrl_enqueue(c, qk, c->opts.write_behind_ms + 1);
+        atomic_fetch_add(&c->sandbox_status_held, 1);
+    }
+    return hold;
+}
+
 /* Expiry: returns 1 when expired, 0 when not (and queues the key for shutdownTime). */
 static int check_expiry(struct sbx_ctrl *c, json_t *sb, const char *key)
 {
@@ -224,7 +298,16 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
     }
     if (!(st = desired_status(c, sb, pod, svc, &rd)))
         return sbx_error_set(err, ENOMEM, "status");
-    r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name,
-                              json_object_get(sb, "status"), st, err);
+    json_t *old = json_object_get(sb, "status");
+    uint64_t rv = 0;
+    char qk[700];
+    snprintf(qk, sizeof(qk), "sandbox:%s", key);
+    if (json_equal(old, st) || sbx_ctrl_cache_behind(c, qk, sb) || hold_write(c, key, old, st))
+        return 0;
+    r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name, old, st, &rv, err);
+    if (r > 0) {
+        atomic_fetch_add(&c->sandbox_status_writes, 1);
+        sbx_ctrl_wrote(c, qk, rv);
+    }
     return r < 0 ? r : 0;
 }

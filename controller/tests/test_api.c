@@ -4,6 +4,7 @@
 
 #include "api.h"
 #include "histogram.h"
+#include "informer.h"
 #include "tap.h"
 
 int main(void)
@@ -57,5 +58,19 @@ int main(void)
     ok(strstr(out, "x_bucket{a=\"b\",le=\"+Inf\"} 3\n") != NULL, "+Inf holds all");
     ok(strstr(out, "x_count{a=\"b\"} 3\n") != NULL, "count");
     free(out);
+    /* Field projection keeps the named members only; sbx_object_rv reads etcd's revision. */
+    static const char *const keep[] = {"metadata", "status", NULL};
+    json_t *pod = json_loads("{\"metadata\":{\"resourceVersion\":\"42\"},\"spec\":{\"x\":1},"
+                             "\"status\":{},\"kind\":\"Pod\"}",
+                             0, NULL);
+    sbx_json_keep(pod, keep);
+    ok(json_object_size(pod) == 2 && json_object_get(pod, "metadata") &&
+           json_object_get(pod, "status"),
+       "projection keeps what it names");
+    sbx_json_keep(NULL, keep);
+    ok(sbx_object_rv(pod) == 42, "resourceVersion as a number");
+    json_object_set_new(json_object_get(pod, "metadata"), "resourceVersion", json_string("4x"));
+    ok(sbx_object_rv(pod) == 0, "a resourceVersion that is not a number reads 0");
+    json_decref(pod);
     return done_testing();
 }

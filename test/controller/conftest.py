@@ -242,14 +242,9 @@ def load_manifests():
     return objs
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not found in {TOOLS}: run scripts/k8s-tools.sh")
-    if not shutil.which("openssl"):
-        pytest.skip("openssl not found")
-    d = tempfile.mkdtemp(prefix="sbx-ctrl-")
+def start_cluster(d):
+    """Starts the control plane in directory d, applies the manifests, a RuntimeClass and the
+    kwok Nodes, and returns the Cluster (stop it when done; on failure it is stopped here)."""
     c = Cluster(d)
     try:
         c.start_etcd()
@@ -277,13 +272,29 @@ def cluster():
                                    for cond in (c.admin.get("v1", "Node", None, n).get("status", {})
                                                 .get("conditions") or []))
                                for n in NODES), 60, interval=0.2, what="kwok nodes Ready")
-        yield c
+        return c
     except BaseException:
         for name, p in c.procs.items():
             print(f"--- {name} log tail ---\n{p.tail()}")
-        raise
-    finally:
         c.stop()
+        raise
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not found in {TOOLS}: run scripts/k8s-tools.sh")
+    if not shutil.which("openssl"):
+        pytest.skip("openssl not found")
+    d = tempfile.mkdtemp(prefix="sbx-ctrl-")
+    try:
+        c = start_cluster(d)
+        try:
+            yield c
+        finally:
+            c.stop()
+    finally:
         shutil.rmtree(d, ignore_errors=True)
 
 

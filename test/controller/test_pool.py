@@ -14,10 +14,12 @@ CLAIM = (EXT, "SandboxClaim")
 TEMPLATE = (EXT, "SandboxTemplate")
 
 
-def template(k, ns, name="tpl"):
+def template(k, ns, name="tpl", container=None, **spec):
+    main = {"name": "main", "image": "python:3.12", "command": ["python3", "-m", "http.server"],
+            **(container or {})}
     k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": name, "namespace": ns},
               "spec": {"podTemplate": {"metadata": {"labels": {"tier": "agent"}}, "spec": {
-                  "containers": [{"name": "main", "image": "python:3.12", "command": ["python3", "-m", "http.server"]}]}}}})
+                  "containers": [main]}}, **spec}})
 
 
 def pool(k, ns, name, replicas, tpl="tpl"):
@@ -118,7 +120,7 @@ def test_claims_beyond_the_pool_start_cold(cluster, namespace, start_controller)
 
 def test_claim_env_and_metadata_start_cold(cluster, namespace, controller):
     k = cluster.admin
-    template(k, namespace)
+    template(k, namespace, envVarsInjectionPolicy="Allowed")
     pool(k, namespace, "p", 1)
     wait_pool_ready(k, namespace, "p", 1)
     claim(k, namespace, "withenv", "p", env=[{"name": "TASK", "value": "42"}],
@@ -128,6 +130,42 @@ def test_claim_env_and_metadata_start_cold(cluster, namespace, controller):
     pod = k.get("v1", "Pod", namespace, "withenv")
     assert {"name": "TASK", "value": "42"} in pod["spec"]["containers"][0]["env"]
     assert pod["metadata"]["labels"]["team"] == "a"
+
+
+def test_claim_env_follows_the_templates_policy(cluster, namespace, controller):
+    """envVarsInjectionPolicy: Disallowed (the default) refuses a claim's env, Allowed adds new
+    variables only (and none to a container with envFrom), Overrides also replaces values."""
+    k = cluster.admin
+    x = {"env": [{"name": "X", "value": "1"}]}
+    template(k, namespace, "closed", container=x)
+    template(k, namespace, "allowed", container=x, envVarsInjectionPolicy="Allowed")
+    template(k, namespace, "overrides", container=x, envVarsInjectionPolicy="Overrides")
+    template(k, namespace, "envfrom", container={"envFrom": [{"configMapRef": {"name": "cm"}}]},
+             envVarsInjectionPolicy="Allowed")
+    for t in ("closed", "allowed", "overrides", "envfrom"):
+        pool(k, namespace, t, 0, tpl=t)
+
+    def rejected(name, pool_name, env, why):
+        claim(k, namespace, name, pool_name, env=env)
+        c = wait_until(lambda: (lambda cond: cond if cond and cond["reason"] == "EnvVarsInjectionRejected"
+                                else None)(condition(k.get(*CLAIM, namespace, name))),
+                       WAIT, what=f"claim {name} rejected")
+        assert c["status"] == "False" and why in c["message"], c
+        assert k.find(*SB, namespace, name) is None
+
+    rejected("c-closed", "closed", [{"name": "NEW", "value": "1"}], "Disallowed")
+    rejected("c-override", "allowed", [{"name": "X", "value": "2"}], "overridden")
+    rejected("c-envfrom", "envfrom", [{"name": "NEW", "value": "1"}], "envFrom")
+    rejected("c-nocontainer", "allowed", [{"name": "NEW", "value": "1", "containerName": "nope"}],
+             "nope")
+    claim(k, namespace, "c-allowed", "allowed", env=[{"name": "NEW", "value": "1"}])
+    claim(k, namespace, "c-overrides", "overrides", env=[{"name": "X", "value": "2"}])
+    wait_claim_ready(k, namespace, "c-allowed")
+    wait_claim_ready(k, namespace, "c-overrides")
+    env = k.get("v1", "Pod", namespace, "c-allowed")["spec"]["containers"][0]["env"]
+    assert {"name": "X", "value": "1"} in env and {"name": "NEW", "value": "1"} in env
+    env = k.get("v1", "Pod", namespace, "c-overrides")["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] == "X"] == [{"name": "X", "value": "2"}]
 
 
 def test_pool_fills_at_the_paced_rate(cluster, namespace, start_controller):
@@ -246,3 +284,19 @@ def test_template_network_policy(cluster, namespace, controller):
 
     k.patch(*TEMPLATE, namespace, "fenced", {"spec": {"networkPolicyManagement": "Unmanaged"}})
     wait_until(lambda: policy() is None, WAIT, what="the policy removed when Unmanaged")
+
+
+def test_replenish_delay_defers_the_refill(cluster, namespace, start_controller):
+    """--sandbox-warm-pool-replenish-delay: after a claim takes a warm sandbox the pool waits
+    before refilling (a burst of claims gets the API server first), then refills."""
+    ctrl = start_controller("--sandbox-warm-pool-replenish-delay=10s")
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 3)
+    wait_pool_ready(k, namespace, "p", 3)
+    claim(k, namespace, "c1", "p")
+    wait_claim_ready(k, namespace, "c1")
+    wait_until(lambda: ctrl.metrics()["sandboxd_controller_pool_refills_deferred_total"] >= 1,
+               WAIT, interval=0.1, what="a deferred refill")
+    assert len(owned_by(k, namespace, "SandboxWarmPool", "p")) == 2, "refilled despite the delay"
+    wait_pool_ready(k, namespace, "p", 3, timeout=60)
