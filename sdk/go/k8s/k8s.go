@@ -168,7 +168,9 @@ func Name(n string) ClaimOption {
 }
 
 // Env adds variables to the sandbox's containers; a running pod cannot take them, so such a
-// claim starts a sandbox of its own instead of adopting a warm one.
+// claim starts a sandbox of its own instead of adopting a warm one. The pool's template must
+// allow it (envVarsInjectionPolicy Allowed or Overrides): otherwise the controller refuses the
+// claim (Ready False, reason EnvVarsInjectionRejected).
 func Env(env map[string]string) ClaimOption {
 	return func(spec, _ map[string]any) {
 		var list []any

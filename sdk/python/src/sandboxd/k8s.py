@@ -170,7 +170,9 @@ class SandboxClient:
               timeout: float = 120.0) -> "SandboxLease":
         """Creates a SandboxClaim on the warm pool (a generated name unless given) and
         returns its handle; entering it waits Ready. env (a cold start: a running pod cannot
-        take it) goes into the sandbox's containers. A missing pool is NotFoundError here."""
+        take it) goes into the sandbox's containers when the pool's template allows it
+        (envVarsInjectionPolicy Allowed or Overrides; otherwise the claim is refused and never
+        becomes Ready, reason EnvVarsInjectionRejected). A missing pool is NotFoundError here."""
         self._get(EXT_GROUP, "sandboxwarmpools", pool)
         md: Dict[str, Any] = {"namespace": self.namespace, "labels": dict(labels or {})}
         if name:
