@@ -63,7 +63,7 @@ func cmdClaim(ctx context.Context, g *globals, args []string) error {
 	wait := fs.Bool("wait", false, "wait until it is Ready; print its address")
 	timeout := fs.Duration("timeout", resolveWait, "with --wait: how long at most")
 	var env multi
-	fs.Var(&env, "e", "KEY=VALUE for the sandbox's containers (repeatable; starts a sandbox of its own)")
+	fs.Var(&env, "e", "KEY=VALUE for the sandbox's containers (repeatable; starts a sandbox of its own; the template must allow it: envVarsInjectionPolicy)")
 	rest, err := parse(fs, g, args, true)
 	if err != nil {
 		return err
