@@ -404,10 +404,12 @@ static int make_cgroup(struct sbx_jobs *j, const struct sbx_job_spec *s, struct 
 
     if (s->memory_bytes && !sbx_cgroups_has_memory(j->o.cgroups))
         return sbx_error_set(err, EOPNOTSUPP, "memory limits are unsupported here: %s",
-                             j->o.cgroups ? "no memory controller" : j->o.cgroups_why);
+                             j->o.cgroups ? sbx_cgroups_why_no_memory(j->o.cgroups)
+                                          : j->o.cgroups_why);
     if (s->pids && !sbx_cgroups_has_pids(j->o.cgroups))
         return sbx_error_set(err, EOPNOTSUPP, "pids limits are unsupported here: %s",
-                             j->o.cgroups ? "no pids controller" : j->o.cgroups_why);
+                             j->o.cgroups ? sbx_cgroups_why_no_pids(j->o.cgroups)
+                                          : j->o.cgroups_why);
     if (!j->o.cgroups)
         return 0;
     pthread_mutex_lock(&j->lock);
