@@ -190,17 +190,43 @@ static bool has_word(const char *list, const char *name)
     return false;
 }
 
+/* v2: enables each controller that dir offers for its children; false when none could be. */
+static bool enable_controllers(struct sbx_cgroups *c, const char *dir, const char *offered)
+{
+    for (int i = 0; i < N_CTL; i++) {
+        char add[32];
+        int r;
+        if (!has_word(offered, ctl_names[i])) {
+            snprintf(c->why_not[i], sizeof(c->why_not[i]), "no %s controller in cgroup v2",
+                     ctl_names[i]);
+            continue;
+        }
+        snprintf(add, sizeof(add), "+%s", ctl_names[i]);
+        r = write_file(dir, "cgroup.subtree_control", add);
+        if (r == 0)
+            snprintf(c->dir[i], sizeof(c->dir[i]), "%s", dir);
+        else
+            snprintf(c->why_not[i], sizeof(c->why_not[i]), "cannot enable %s below '%s': %s%s",
+                     ctl_names[i], dir, strerror(-r),
+                     r == -EBUSY ? " (other processes share our cgroup: sandboxd must be the "
+                                   "first process of its container)"
+                                 : "");
+    }
+    return c->dir[CTL_MEMORY][0] || c->dir[CTL_PIDS][0];
+}
+
 /* v2: a cgroup that holds processes cannot enable controllers for children (the "no internal
  * processes" rule, the root excepted), so we first move into a leaf of our own, then enable
- * memory and pids below ours; children are made beside the leaf. */
+ * memory and pids below ours; children are made beside the leaf. When no controller can be
+ * enabled we move back and remove the leaf: nothing is left changed. */
 static int open_v2(struct sbx_cgroups *c, const char *dir, struct sbx_error *err)
 {
-    char controllers[256], pid[32];
+    char offered[256], pid[32];
     int r;
 
-    if (!read_line(dir, "cgroup.controllers", controllers, sizeof(controllers)))
-        controllers[0] = '\0';
-    if (!has_word(controllers, "memory") && !has_word(controllers, "pids"))
+    if (!read_line(dir, "cgroup.controllers", offered, sizeof(offered)))
+        offered[0] = '\0';
+    if (!has_word(offered, "memory") && !has_word(offered, "pids"))
         return sbx_error_set(err, EOPNOTSUPP, "cgroup v2 '%s' offers neither memory nor pids", dir);
     if ((size_t)snprintf(c->leaf, sizeof(c->leaf), "%s/sandboxd", dir) >= sizeof(c->leaf))
         return sbx_error_set(err, ENAMETOOLONG, "cgroup path '%s' is too long", dir);
@@ -211,27 +237,13 @@ static int open_v2(struct sbx_cgroups *c, const char *dir, struct sbx_error *err
     if (r < 0)
         return sbx_error_set(err, EOPNOTSUPP, "cannot move into '%s': %s", c->leaf, strerror(-r));
     c->v2 = true;
-    for (int i = 0; i < N_CTL; i++) {
-        char add[32];
-        if (!has_word(controllers, ctl_names[i])) {
-            snprintf(c->why_not[i], sizeof(c->why_not[i]), "no %s controller in cgroup v2",
-                     ctl_names[i]);
-            continue;
-        }
-        snprintf(add, sizeof(add), "+%s", ctl_names[i]);
-        /* EBUSY: other processes than us live in our cgroup (we are not the container's
-         * first process), and the rule above forbids it. */
-        r = write_file(dir, "cgroup.subtree_control", add);
-        if (r == 0)
-            snprintf(c->dir[i], sizeof(c->dir[i]), "%s", dir);
-        else
-            snprintf(c->why_not[i], sizeof(c->why_not[i]), "cannot enable %s below '%s': %s",
-                     ctl_names[i], dir, strerror(-r));
-    }
-    if (!c->dir[CTL_MEMORY][0] && !c->dir[CTL_PIDS][0])
-        return sbx_error_set(err, EOPNOTSUPP, "%s; %s", c->why_not[CTL_MEMORY],
-                             c->why_not[CTL_PIDS]);
-    return 0;
+    if (enable_controllers(c, dir, offered))
+        return 0;
+    (void)write_file(dir, "cgroup.procs", pid);
+    (void)rmdir(c->leaf);
+    /* Both fail for the same reason, as a rule: one is enough to tell. */
+    return sbx_error_set(err, EOPNOTSUPP, "%s",
+                         c->why_not[has_word(offered, "pids") ? CTL_PIDS : CTL_MEMORY]);
 }
 
 /* Is this gVisor? Its cgroups (v1 and v2) store a memory limit but never apply it, and count no

@@ -25,6 +25,7 @@ import base64
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,7 @@ CID = "sbx-cgv2"
 APPLETS = ("dd", "grep", "head", "kill", "seq", "setsid", "test", "wc")
 GRPC_TIMEOUT = 60  # seconds, one grpcurl call (a Wait outlasts a 3 s timeout plus its grace)
 
+DAEMON = ["/sandboxd", *daemon_flags("/run/sbx.sock")]
 # A tree that forks as fast as it can; the top stays, so that its timeout is what ends it.
 FORK_BOMB = "cat /proc/self/cgroup; b() { b | b & }; b; exec sleep 1000"
 
@@ -74,17 +76,23 @@ def unmount_null_netns(state):
 
 @pytest.fixture(scope="module")
 def runsc(tmp_path_factory):
-    """The recent runsc, after a `runsc do` of one static program proved that it runs here."""
+    """The recent runsc, after a `runsc do` of one static program proved that it runs here
+    (and knows --in-sandbox-cgroup)."""
     need_root()
     path = runsc_path()
     if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"no recent runsc at {path}: scripts/gvisor-tools.sh builds it (about 5 "
+        pytest.skip(f"no recent runsc at {path}: scripts/gvisor-tools.sh builds it (about 4 "
                     "minutes once per machine; Debian's runsc has no cgroup v2 inside)")
+    flags = subprocess.run([str(path), "flags"], capture_output=True, text=True, timeout=30)
+    if "-in-sandbox-cgroup" not in flags.stdout + flags.stderr:
+        pytest.skip(f"{path} has no --in-sandbox-cgroup (too old: no cgroup v2 inside); "
+                    "scripts/gvisor-tools.sh builds a recent one")
     bb = shutil.which("busybox")
     if not bb:
         pytest.skip("busybox is not installed (scripts/setup.sh installs busybox-static)")
     d = tmp_path_factory.mktemp("runsc-probe")
-    argv = runsc_base(path, d / "state") + ["--network=none", "do", bb, "true"]
+    argv = runsc_base(path, d / "state") + [
+        "--network=none", "--in-sandbox-cgroup=v2", "do", bb, "true"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60,
                              env=dict(os.environ, TMPDIR=str(d)))
@@ -99,8 +107,8 @@ def runsc(tmp_path_factory):
     return path
 
 
-def bundle(root, static_bin):
-    """An OCI bundle: a busybox tree with sandboxd as its first process, /sys/fs/cgroup mounted
+def bundle(root, static_bin, args):
+    """An OCI bundle: a busybox tree that runs args (sandboxd, as a rule), /sys/fs/cgroup mounted
     and a cgroup namespace of its own (what containerd asks for on a cgroup v2 node)."""
     tree = busybox_tree(root / "rootfs")
     for applet in APPLETS:
@@ -116,7 +124,7 @@ def bundle(root, static_bin):
         "process": {
             "user": {"uid": 0, "gid": 0},
             "cwd": "/",
-            "args": ["/sandboxd", *daemon_flags("/run/sbx.sock")],
+            "args": args,
             "env": ["PATH=/bin"],
             "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 20000, "soft": 20000}],
@@ -139,12 +147,12 @@ def bundle(root, static_bin):
 class Sandbox:
     """sandboxd-static in a gVisor container (`runsc run`), reached from outside."""
 
-    def __init__(self, runsc, tmp, static_bin, tools):
+    def __init__(self, runsc, tmp, static_bin, tools, args=DAEMON):
         self.runsc, self.tools = runsc, tools
         self.state, self.tmp = tmp / "state", tmp / "tmp"
         self.state.mkdir()
         self.tmp.mkdir()
-        self.tree = bundle(tmp / "bundle", static_bin)
+        self.tree = bundle(tmp / "bundle", static_bin, args)
         self.ep = Endpoints(tmp / "sandboxd.log", socket=str(self.tree / "run/sbx.sock"))
         # The gofer serves the tree itself (no overlay): the socket the sandbox makes in /run
         # is a socket on the host (--host-uds=create).
@@ -317,6 +325,30 @@ def test_leftover_keeps_its_cgroup_until_it_ends_then_it_is_swept(sbx):
     assert sbx.sh(f"kill -9 {leftover}")[0] == 0
     wait_until(lambda: sbx.sh(f"test -e {cg}")[0] != 0, 40, interval=0.5,
                what="the empty cgroup swept")
+
+
+def test_not_the_first_process_no_cgroups_and_nothing_changed(runsc, static_bin, tools,
+                                                               tmp_path):
+    # A shell is the container's first process and stays in its cgroup: sandboxd may move into
+    # a leaf, but not enable controllers where a process lives. It says why, refuses limits
+    # with that reason, moves back and leaves nothing behind.
+    shell = ["/bin/sh", "-c", " ".join(DAEMON) + " & wait"]
+    s = Sandbox(runsc, tmp_path, static_bin, tools, args=shell)
+    try:
+        why = ("cannot enable pids below '/sys/fs/cgroup': Device or resource busy (other "
+               "processes share our cgroup: sandboxd must be the first process of its container)")
+        assert "no cgroups for spawned processes: " + why in s.ep.log(), s.ep.log()
+        ok, text = s.grpc("sandboxd.v1.Processes/Spawn",
+                          {"spec": {"command": ["true"], "limits": {"pids": 16}}}, check=False)
+        assert not ok and "FailedPrecondition" in text and why in text, text
+        p = s.spawn("cat /proc/self/cgroup")
+        assert s.wait(p["id"])["exit"]["reason"] == "EXIT_REASON_EXITED"
+        assert s.stdout(p["id"]) == "0::/\n"
+        daemon = re.search(r"ready \(root /workspace, pid (\d+)\)", s.ep.log()).group(1)
+        assert s.read(f"/proc/{daemon}/cgroup") == "0::/\n", "sandboxd did not move back"
+        assert "sandboxd" not in s.sh("ls /sys/fs/cgroup")[1].split()
+    finally:
+        s.cleanup()
 
 
 def test_no_cgroup_is_left_and_the_daemon_stops(sbx):
