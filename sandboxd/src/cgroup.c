@@ -479,6 +479,20 @@ int sbx_cgroup_signal(struct sbx_cgroup *g, int sig)
     return n;
 }
 
+bool sbx_cgroup_has_members(const struct sbx_cgroup *g)
+{
+    const char *dirs[N_CTL];
+    char path[FILE_PATH_MAX];
+    _cleanup_fclose_ FILE *f = NULL;
+    long pid;
+
+    if (dirs_of(g, dirs) == 0)
+        return false;
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dirs[0]);
+    f = fopen(path, "re");
+    return f && fscanf(f, "%ld", &pid) == 1;
+}
+
 bool sbx_cgroup_oom_killed(struct sbx_cgroup *g)
 {
     return oom_kills(g) > g->oom_before;

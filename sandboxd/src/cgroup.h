@@ -41,6 +41,9 @@ int sbx_cgroup_join_fds(const struct sbx_cgroup *g, const int **fds);
  * bound). */
 int sbx_cgroup_signal(struct sbx_cgroup *g, int sig);
 
+/* Some process is in the cgroup (what a process left behind, once it has exited itself). */
+bool sbx_cgroup_has_members(const struct sbx_cgroup *g);
+
 /* The OOM killer killed a member since the cgroup was made. */
 bool sbx_cgroup_oom_killed(struct sbx_cgroup *g);
 

@@ -48,8 +48,13 @@ APPLETS = ("dd", "grep", "head", "kill", "seq", "setsid", "test", "wc")
 GRPC_TIMEOUT = 60  # seconds, one grpcurl call (a Wait outlasts a 3 s timeout plus its grace)
 
 DAEMON = ["/sandboxd", *daemon_flags("/run/sbx.sock")]
-# A tree that forks as fast as it can; the top stays, so that its timeout is what ends it.
-FORK_BOMB = "cat /proc/self/cgroup; b() { b | b & }; b; exec sleep 1000"
+# Trees that fork as fast as they can: one whose top stays (its timeout ends it, TIMED_OUT), the
+# classic one whose top returns at once (EXITED; the timeout still ends what it left).
+FORK_BOMBS = {
+    "top-stays": ("cat /proc/self/cgroup; b() { b | b & }; b; exec sleep 1000",
+                  "EXIT_REASON_TIMED_OUT"),
+    "top-returns": ("cat /proc/self/cgroup; b() { b | b & }; b", "EXIT_REASON_EXITED"),
+}
 
 
 def runsc_path():
@@ -253,13 +258,17 @@ def test_daemon_takes_the_v2_path(sbx):
     assert sbx.read("/sys/fs/cgroup/cgroup.procs") == "", "processes left in the inner cgroup"
 
 
-def test_fork_bomb_is_contained_and_dies_whole_on_timeout(sbx):
-    p = sbx.spawn(FORK_BOMB, limits={"pids": 32}, timeout_ms=3000, grace_ms=500)
+@pytest.mark.parametrize("bomb", FORK_BOMBS)
+def test_fork_bomb_is_contained_and_dies_whole_on_timeout(sbx, bomb):
+    script, reason = FORK_BOMBS[bomb]
+    p = sbx.spawn(script, limits={"pids": 32}, timeout_ms=3000, grace_ms=500)
     cg = sbx.cgroup_of(p["id"])
     assert sbx.read(f"{cg}/pids.max") == "32\n"
     done = sbx.wait(p["id"])
-    assert done["exit"]["reason"] == "EXIT_REASON_TIMED_OUT", done
+    assert done["exit"]["reason"] == reason, done
     # The SIGKILL at the end of the grace reaches all that outlived the SIGTERM.
+    kill = f"job {p['id']} (pid {p['pid']}): timeout of 3000 ms: SIGKILL to its tree"
+    wait_until(lambda: kill in sbx.ep.log(), 20, "the SIGKILL at the end of the grace")
     wait_until(lambda: sbx.read(f"{cg}/cgroup.procs") == "", 20, "every member gone")
     events = dict(ln.split() for ln in sbx.read(f"{cg}/pids.events").splitlines())
     assert int(events["max"]) > 0, "the bomb never ran into its limit"

@@ -436,6 +436,27 @@ def test_pids_limit(sandboxd, procs):
     assert sandboxd.client().execute(["echo", "alive"]).stdout == b"alive\n"
 
 
+def test_timeout_holds_for_what_the_process_left_in_its_cgroup(sandboxd, procs, leftovers):
+    # A fork bomb's top returns at once: its exit is its own (EXITED), but the timeout still
+    # ends the tree it left, here a sleeper and the bomb itself within its pids limit.
+    line = cgroups_or_skip(sandboxd)
+    if "pids" not in controllers(line):
+        pytest.skip("no pids controller: " + line)
+    bomb = "sleep 1000 & echo $!; b() { b | b & }; b"
+    p = procs.spawn(["sh", "-c", bomb], limits=procs.m.Limits(pids=16), timeout_ms=1500,
+                    grace_ms=300)
+    done = procs.wait(p.id)
+    sleeper = int(procs.attach(p.id)[0])
+    leftovers.add(sleeper)
+    assert done.exit.reason == procs.m.EXIT_REASON_EXITED and done.exit.exit_code == 0, done
+    assert not pid_gone(sleeper), "the sleeper died with the top"
+    wait_until(lambda: pid_gone(sleeper), 20, what="the sleeper ended by the timeout")
+    wait_until(lambda: any("timeout of 1500 ms: SIGKILL to its tree" in ln for ln in
+                           sandboxd.lines), 10, what="the SIGKILL at the end of the grace")
+    # The record still tells the process's own exit.
+    assert procs.get(p.id).exit.reason == procs.m.EXIT_REASON_EXITED
+
+
 def test_tree_kill_reaches_orphans_through_the_cgroup(sandboxd, procs, leftovers):
     cgroups_or_skip(sandboxd)
     # The shell exits at once; its setsid child is an orphan (re-parented to sandboxd) that
