@@ -40,7 +40,7 @@ struct sbx_cgroups {
     char dir[N_CTL][PATH_MAX];
     char leaf[PATH_MAX + 16];            /* v2: the leaf we moved into */
     char why_not[N_CTL][PATH_MAX + 128]; /* why a controller's limits cannot be set */
-    bool memory_ignored;                 /* limits would be stored, never applied (gVisor) */
+    bool ignored[N_CTL];                 /* limits would be taken, not held (gVisor) */
     pthread_mutex_t lock;
     struct sbx_cgroup *graveyard; /* freed while members lived on: removed once empty */
 };
@@ -246,16 +246,32 @@ static int open_v2(struct sbx_cgroups *c, const char *dir, struct sbx_error *err
                          c->why_not[has_word(offered, "pids") ? CTL_PIDS : CTL_MEMORY]);
 }
 
-/* Is this gVisor? Its cgroups (v1 and v2) store a memory limit but never apply it, and count no
- * OOM kill (pkg/sentry/fsimpl/cgroupfs and cgroup2fs, memory.go): a memory limit there would be
- * ignored in silence, so the memory controller is not offered. Its pids limits are enforced. */
-static bool memory_limits_ignored(void)
+static bool under_gvisor(void)
 {
     struct utsname u;
 
     if (uname(&u) < 0)
         return false;
     return strstr(u.release, "gvisor") || strcmp(u.version, GVISOR_UTS_VERSION) == 0;
+}
+
+/* Limits gVisor would take and not hold; the cgroups still hold the tree together. Its cgroups
+ * (v1 and v2) store a memory limit but never apply it and count no OOM kill
+ * (pkg/sentry/fsimpl/cgroupfs and cgroup2fs, memory.go). Its v1 pids controller lets a cgroup
+ * grow past pids.max (a fork bomb under pids.max 16 reached thousands of processes and stalled
+ * the sandbox); its v2 one holds it. */
+static void refuse_unheld_limits(struct sbx_cgroups *c)
+{
+    if (!under_gvisor())
+        return;
+    c->ignored[CTL_MEMORY] = true;
+    snprintf(c->why_not[CTL_MEMORY], sizeof(c->why_not[CTL_MEMORY]),
+             "gVisor does not enforce cgroup memory limits");
+    if (!c->v2) {
+        c->ignored[CTL_PIDS] = true;
+        snprintf(c->why_not[CTL_PIDS], sizeof(c->why_not[CTL_PIDS]),
+                 "gVisor's cgroup v1 does not hold pids.max (runsc --in-sandbox-cgroup=v2 does)");
+    }
 }
 
 int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err)
@@ -281,12 +297,7 @@ int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err)
     if (!c->dir[CTL_MEMORY][0] && !c->dir[CTL_PIDS][0])
         return sbx_error_set(err, EOPNOTSUPP,
                              "no writable memory or pids cgroup (v1 or v2) is given to us");
-    /* The memory cgroup still holds the tree together; only limits are refused. */
-    if (c->dir[CTL_MEMORY][0] && memory_limits_ignored()) {
-        c->memory_ignored = true;
-        snprintf(c->why_not[CTL_MEMORY], sizeof(c->why_not[CTL_MEMORY]),
-                 "gVisor does not enforce cgroup memory limits");
-    }
+    refuse_unheld_limits(c);
     *ret = TAKE_PTR(c);
     return 0;
 }
@@ -314,12 +325,12 @@ const char *sbx_cgroups_version(const struct sbx_cgroups *c)
 
 bool sbx_cgroups_has_memory(const struct sbx_cgroups *c)
 {
-    return c && c->dir[CTL_MEMORY][0] && !c->memory_ignored;
+    return c && c->dir[CTL_MEMORY][0] && !c->ignored[CTL_MEMORY];
 }
 
 bool sbx_cgroups_has_pids(const struct sbx_cgroups *c)
 {
-    return c && c->dir[CTL_PIDS][0];
+    return c && c->dir[CTL_PIDS][0] && !c->ignored[CTL_PIDS];
 }
 
 const char *sbx_cgroups_why_no_memory(const struct sbx_cgroups *c)

@@ -15,7 +15,8 @@ struct sbx_cgroup;
 /* Finds our cgroups and checks that we may make children there. -EOPNOTSUPP (with the reason in
  * err) when the kernel gives us no writable cgroup. On cgroup v2 it moves the calling process
  * into a leaf cgroup "sandboxd" below its own, so that its own may enable controllers. Under
- * gVisor, which stores memory limits but never applies them, memory is not offered. */
+ * gVisor, whose memory limits are stored but never applied (and pids limits not held on v1),
+ * those limits are not offered; its cgroups still hold each process's tree. */
 int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err);
 void sbx_cgroups_free(struct sbx_cgroups *c);
 

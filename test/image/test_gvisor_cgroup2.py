@@ -15,7 +15,8 @@ processes get no cgroup of their own).
 What gVisor does not do, from its source (pkg/sentry/fsimpl/cgroup2fs/memory.go): memory.max is
 stored but never enforced, memory.events counts nothing (no oom_kill), and there is no
 memory.swap.max. sandboxd therefore refuses memory limits under gVisor (FAILED_PRECONDITION);
-a canary test here fails the day gVisor starts enforcing memory.max. pids.max is enforced.
+a canary test here fails the day gVisor starts enforcing memory.max. pids.max is enforced on
+v2; on gVisor's default v1 it is not held (pids limits refused there too, tested below).
 
 One sandbox serves the module; the tests run in order and each removes what it spawned, so the
 last one can check that no per-process cgroup is left.
@@ -152,7 +153,7 @@ def bundle(root, static_bin, args):
 class Sandbox:
     """sandboxd-static in a gVisor container (`runsc run`), reached from outside."""
 
-    def __init__(self, runsc, tmp, static_bin, tools, args=DAEMON):
+    def __init__(self, runsc, tmp, static_bin, tools, args=DAEMON, cgroups="v2"):
         self.runsc, self.tools = runsc, tools
         self.state, self.tmp = tmp / "state", tmp / "tmp"
         self.state.mkdir()
@@ -163,7 +164,7 @@ class Sandbox:
         # is a socket on the host (--host-uds=create).
         argv = runsc_base(runsc, self.state) + [
             "--network=host", "--host-uds=create", "--overlay2=none",
-            "--in-sandbox-cgroup=v2", "run", "--bundle", str(tmp / "bundle"), CID]
+            f"--in-sandbox-cgroup={cgroups}", "run", "--bundle", str(tmp / "bundle"), CID]
         with open(self.ep.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                          env=dict(os.environ, TMPDIR=str(self.tmp)),
@@ -356,6 +357,35 @@ def test_not_the_first_process_no_cgroups_and_nothing_changed(runsc, static_bin,
         daemon = re.search(r"ready \(root /workspace, pid (\d+)\)", s.ep.log()).group(1)
         assert s.read(f"/proc/{daemon}/cgroup") == "0::/\n", "sandboxd did not move back"
         assert "sandboxd" not in s.sh("ls /sys/fs/cgroup")[1].split()
+    finally:
+        s.cleanup()
+
+
+def test_gvisor_v1_limits_refused_tree_still_held(runsc, static_bin, tools, tmp_path):
+    # gVisor's default, cgroup v1 inside: it lets a cgroup grow past pids.max (a fork bomb
+    # under 16 reached thousands of processes and stalled the sandbox; 20 sleepers under 8 were
+    # sometimes refused, sometimes all let in) and ignores memory limits, so both are refused;
+    # the cgroups still tie each process's tree together.
+    s = Sandbox(runsc, tmp_path, static_bin, tools, cgroups="v1")
+    try:
+        line = next(ln for ln in s.ep.log().splitlines() if "for spawned processes" in ln)
+        assert "cgroups v1 for spawned processes:; no memory limits: gVisor" in line, line
+        why = "gVisor's cgroup v1 does not hold pids.max (runsc --in-sandbox-cgroup=v2 does)"
+        assert why in line, line
+        ok, text = s.grpc("sandboxd.v1.Processes/Spawn",
+                          {"spec": {"command": ["true"], "limits": {"pids": 16}}}, check=False)
+        assert not ok and "FailedPrecondition" in text and why in text, text
+        p = s.spawn("setsid sleep 1000 & echo $!")
+        assert s.wait(p["id"])["exit"]["reason"] == "EXIT_REASON_EXITED"
+        orphan = int(s.stdout(p["id"]))
+        assert s.sh(f"test -e /proc/{orphan}")[0] == 0
+        r = s.grpc("sandboxd.v1.Processes/Signal",
+                   {"id": p["id"], "signal": 9, "scope": "SIGNAL_SCOPE_TREE"})
+        assert r.get("count", 0) >= 1, r
+        wait_until(lambda: s.sh(f"test -e /proc/{orphan}")[0] != 0, 20, "the orphan gone")
+        s.remove(p["id"])
+        wait_until(lambda: "sandboxd-" not in s.sh("ls /sys/fs/cgroup/pids")[1], 40,
+                   "the cgroup removed")
     finally:
         s.cleanup()
 
