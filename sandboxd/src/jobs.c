@@ -322,7 +322,11 @@ static void on_timer(struct sbx_timer *t)
 
     pthread_mutex_lock(&job->lock);
     phase = job->phase;
-    if (phase == PHASE_TIMEOUT) {
+    if (phase == PHASE_TIMEOUT && job->exited && job->cg && !sbx_cgroup_has_members(job->cg)) {
+        /* What the process left in its cgroup has ended on its own before the deadline. */
+        job->phase = PHASE_RETAIN;
+        (void)sbx_timer_arm(&job->timer, job->j->o.retain_ms ? job->j->o.retain_ms : 1);
+    } else if (phase == PHASE_TIMEOUT) {
         /* Exited: only leftovers in its cgroup kept the timer; the exit's reason stands. */
         job->timed_out = !job->exited;
         job->deadline_passed = true;

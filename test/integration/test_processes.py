@@ -455,6 +455,19 @@ def test_timeout_holds_for_what_the_process_left_in_its_cgroup(sandboxd, procs, 
                            sandboxd.lines), 10, what="the SIGKILL at the end of the grace")
     # The record still tells the process's own exit.
     assert procs.get(p.id).exit.reason == procs.m.EXIT_REASON_EXITED
+    # What ends on its own before the deadline is left alone: no signal at the deadline. A
+    # second job's deadline, a second later, tells when the first one's has passed.
+    p = procs.spawn(["sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $!"],
+                    limits=procs.m.Limits(pids=16), timeout_ms=1500)
+    later = procs.spawn(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"],
+                        limits=procs.m.Limits(pids=16), timeout_ms=2500, grace_ms=100)
+    procs.wait(p.id)
+    leftovers.add(int(procs.attach(p.id)[0]))
+    procs.wait(later.id)
+    leftovers.add(int(procs.attach(later.id)[0]))
+    wait_until(lambda: any(f"job {later.id} (pid {later.pid}): timeout of 2500 ms: SIGKILL" in ln
+                           for ln in sandboxd.lines), 20, what="the later deadline")
+    assert not any(f"job {p.id} (pid {p.pid}): timeout" in ln for ln in sandboxd.lines)
 
 
 def test_tree_kill_reaches_orphans_through_the_cgroup(sandboxd, procs, leftovers):
