@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +27,10 @@ enum { CTL_MEMORY, CTL_PIDS, N_CTL };
 /* SIGKILL rounds of sbx_cgroup_signal, 1 ms apart, until the member list is empty. */
 #define KILL_ROUNDS 200
 
+/* What gVisor's uname(2) says in every version: its release ends in "-gvisor" (before 2025 it
+ * was a plain "4.4.0"), its version is this fixed string. */
+#define GVISOR_UTS_VERSION "#1 SMP Sun Jan 10 15:06:54 PST 2016"
+
 static const char *const ctl_names[N_CTL] = {"memory", "pids"};
 
 struct sbx_cgroups {
@@ -33,7 +38,9 @@ struct sbx_cgroups {
     /* Our cgroup's directory per controller (v1), or the one directory (v2, in [0] and [1]);
      * empty when that controller is not usable. */
     char dir[N_CTL][PATH_MAX];
-    char leaf[PATH_MAX + 16]; /* v2: the leaf we moved into */
+    char leaf[PATH_MAX + 16];            /* v2: the leaf we moved into */
+    char why_not[N_CTL][PATH_MAX + 128]; /* why a controller's limits cannot be set */
+    bool ignored[N_CTL];                 /* limits would be taken, not held (gVisor) */
     pthread_mutex_t lock;
     struct sbx_cgroup *graveyard; /* freed while members lived on: removed once empty */
 };
@@ -158,38 +165,113 @@ static bool writable(const char *dir)
     return rmdir(probe) == 0;
 }
 
-/* v2: moves us into a leaf (so ours holds no process) and enables memory and pids below. */
-static int open_v2(struct sbx_cgroups *c, const char *dir, struct sbx_error *err)
+/* Reads the first line of dir/file into buf; false when it cannot. */
+static bool read_line(const char *dir, const char *file, char *buf, size_t len)
 {
-    char leaf[PATH_MAX + 32], controllers[256] = "", pid[32];
-
-    _Static_assert(sizeof(leaf) >= sizeof(c->leaf), "leaf fits");
+    char path[FILE_PATH_MAX];
     _cleanup_fclose_ FILE *f = NULL;
-    int r;
 
-    snprintf(leaf, sizeof(leaf), "%s/cgroup.controllers", dir);
-    f = fopen(leaf, "re");
-    if (!f || !fgets(controllers, sizeof(controllers), f))
-        return sbx_error_set(err, EOPNOTSUPP, "no cgroup v2 controllers at %s", dir);
-    snprintf(c->leaf, sizeof(c->leaf), "%s/sandboxd", dir);
-    snprintf(leaf, sizeof(leaf), "%s", c->leaf);
-    if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
-        return sbx_error_set(err, EOPNOTSUPP, "cgroup %s is not writable: %s", dir,
-                             strerror(errno));
-    snprintf(pid, sizeof(pid), "%d", getpid());
-    r = write_file(leaf, "cgroup.procs", pid);
-    if (r < 0)
-        return sbx_error_set(err, EOPNOTSUPP, "cannot move into %s: %s", leaf, strerror(-r));
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    f = fopen(path, "re");
+    if (!f || !fgets(buf, (int)len, f))
+        return false;
+    buf[strcspn(buf, "\n")] = '\0';
+    return true;
+}
+
+/* Is name a word of the space-separated list? */
+static bool has_word(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = list; (p = strstr(p, name)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+/* v2: enables each controller that dir offers for its children; false when none could be. */
+static bool enable_controllers(struct sbx_cgroups *c, const char *dir, const char *offered)
+{
     for (int i = 0; i < N_CTL; i++) {
         char add[32];
-        if (!strstr(controllers, ctl_names[i]))
+        int r;
+        if (!has_word(offered, ctl_names[i])) {
+            snprintf(c->why_not[i], sizeof(c->why_not[i]), "no %s controller in cgroup v2",
+                     ctl_names[i]);
             continue;
+        }
         snprintf(add, sizeof(add), "+%s", ctl_names[i]);
-        if (write_file(dir, "cgroup.subtree_control", add) == 0)
+        r = write_file(dir, "cgroup.subtree_control", add);
+        if (r == 0)
             snprintf(c->dir[i], sizeof(c->dir[i]), "%s", dir);
+        else
+            snprintf(c->why_not[i], sizeof(c->why_not[i]), "cannot enable %s below '%s': %s%s",
+                     ctl_names[i], dir, strerror(-r),
+                     r == -EBUSY ? " (other processes share our cgroup: sandboxd must be the "
+                                   "first process of its container)"
+                                 : "");
     }
+    return c->dir[CTL_MEMORY][0] || c->dir[CTL_PIDS][0];
+}
+
+/* v2: a cgroup that holds processes cannot enable controllers for children (the "no internal
+ * processes" rule, the root excepted), so we first move into a leaf of our own, then enable
+ * memory and pids below ours; children are made beside the leaf. When no controller can be
+ * enabled we move back and remove the leaf: nothing is left changed. */
+static int open_v2(struct sbx_cgroups *c, const char *dir, struct sbx_error *err)
+{
+    char offered[256], pid[32];
+    int r;
+
+    if (!read_line(dir, "cgroup.controllers", offered, sizeof(offered)))
+        offered[0] = '\0';
+    if (!has_word(offered, "memory") && !has_word(offered, "pids"))
+        return sbx_error_set(err, EOPNOTSUPP, "cgroup v2 '%s' offers neither memory nor pids", dir);
+    if ((size_t)snprintf(c->leaf, sizeof(c->leaf), "%s/sandboxd", dir) >= sizeof(c->leaf))
+        return sbx_error_set(err, ENAMETOOLONG, "cgroup path '%s' is too long", dir);
+    if (mkdir(c->leaf, 0755) < 0 && errno != EEXIST)
+        return sbx_error_set(err, EOPNOTSUPP, "mkdir '%s': %s", c->leaf, strerror(errno));
+    snprintf(pid, sizeof(pid), "%d", getpid());
+    r = write_file(c->leaf, "cgroup.procs", pid);
+    if (r < 0)
+        return sbx_error_set(err, EOPNOTSUPP, "cannot move into '%s': %s", c->leaf, strerror(-r));
     c->v2 = true;
-    return 0;
+    if (enable_controllers(c, dir, offered))
+        return 0;
+    (void)write_file(dir, "cgroup.procs", pid);
+    (void)rmdir(c->leaf);
+    /* Both fail for the same reason, as a rule: one is enough to tell. */
+    return sbx_error_set(err, EOPNOTSUPP, "%s",
+                         c->why_not[has_word(offered, "pids") ? CTL_PIDS : CTL_MEMORY]);
+}
+
+static bool under_gvisor(void)
+{
+    struct utsname u;
+
+    if (uname(&u) < 0)
+        return false;
+    return strstr(u.release, "gvisor") || strcmp(u.version, GVISOR_UTS_VERSION) == 0;
+}
+
+/* Limits gVisor would take and not hold; the cgroups still hold the tree together. Its cgroups
+ * (v1 and v2) store a memory limit but never apply it and count no OOM kill
+ * (pkg/sentry/fsimpl/cgroupfs and cgroup2fs, memory.go). Its v1 pids controller lets a cgroup
+ * grow past pids.max (a fork bomb under pids.max 16 reached thousands of processes and stalled
+ * the sandbox); its v2 one holds it. */
+static void refuse_unheld_limits(struct sbx_cgroups *c)
+{
+    if (!under_gvisor())
+        return;
+    c->ignored[CTL_MEMORY] = true;
+    snprintf(c->why_not[CTL_MEMORY], sizeof(c->why_not[CTL_MEMORY]),
+             "gVisor does not enforce cgroup memory limits");
+    if (!c->v2) {
+        c->ignored[CTL_PIDS] = true;
+        snprintf(c->why_not[CTL_PIDS], sizeof(c->why_not[CTL_PIDS]),
+                 "gVisor's cgroup v1 does not hold pids.max (runsc --in-sandbox-cgroup=v2 does)");
+    }
 }
 
 int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err)
@@ -201,9 +283,11 @@ int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err)
     if (!c)
         return sbx_error_set(err, ENOMEM, "allocate cgroups");
     pthread_mutex_init(&c->lock, NULL);
-    for (int i = 0; i < N_CTL; i++)
+    for (int i = 0; i < N_CTL; i++) {
+        snprintf(c->why_not[i], sizeof(c->why_not[i]), "no writable %s cgroup", ctl_names[i]);
         if (cgroup_dir(ctl_names[i], dir, sizeof(dir)) && writable(dir))
             snprintf(c->dir[i], sizeof(c->dir[i]), "%s", dir);
+    }
     if (!c->dir[CTL_MEMORY][0] && !c->dir[CTL_PIDS][0] && cgroup_dir(NULL, dir, sizeof(dir)) &&
         writable(dir)) {
         r = open_v2(c, dir, err);
@@ -213,6 +297,7 @@ int sbx_cgroups_open(struct sbx_cgroups **ret, struct sbx_error *err)
     if (!c->dir[CTL_MEMORY][0] && !c->dir[CTL_PIDS][0])
         return sbx_error_set(err, EOPNOTSUPP,
                              "no writable memory or pids cgroup (v1 or v2) is given to us");
+    refuse_unheld_limits(c);
     *ret = TAKE_PTR(c);
     return 0;
 }
@@ -240,12 +325,26 @@ const char *sbx_cgroups_version(const struct sbx_cgroups *c)
 
 bool sbx_cgroups_has_memory(const struct sbx_cgroups *c)
 {
-    return c && c->dir[CTL_MEMORY][0];
+    return c && c->dir[CTL_MEMORY][0] && !c->ignored[CTL_MEMORY];
 }
 
 bool sbx_cgroups_has_pids(const struct sbx_cgroups *c)
 {
-    return c && c->dir[CTL_PIDS][0];
+    return c && c->dir[CTL_PIDS][0] && !c->ignored[CTL_PIDS];
+}
+
+const char *sbx_cgroups_why_no_memory(const struct sbx_cgroups *c)
+{
+    if (!c)
+        return "no cgroups";
+    return sbx_cgroups_has_memory(c) ? NULL : c->why_not[CTL_MEMORY];
+}
+
+const char *sbx_cgroups_why_no_pids(const struct sbx_cgroups *c)
+{
+    if (!c)
+        return "no cgroups";
+    return sbx_cgroups_has_pids(c) ? NULL : c->why_not[CTL_PIDS];
 }
 
 /* The directories of g to visit: one in v2, one per usable controller in v1. */
@@ -274,11 +373,16 @@ static uint64_t oom_kills(const struct sbx_cgroup *g)
 int sbx_cgroup_new(struct sbx_cgroups *c, const char *name, uint64_t memory_bytes, uint64_t pids,
                    struct sbx_cgroup **ret, struct sbx_error *err)
 {
-    struct sbx_cgroup *g = calloc(1, sizeof(*g));
+    struct sbx_cgroup *g = NULL;
     const char *dirs[N_CTL];
     char v[32];
     int n, r = 0;
 
+    if (memory_bytes && !sbx_cgroups_has_memory(c))
+        return sbx_error_set(err, EOPNOTSUPP, "memory limits: %s", sbx_cgroups_why_no_memory(c));
+    if (pids && !sbx_cgroups_has_pids(c))
+        return sbx_error_set(err, EOPNOTSUPP, "pids limits: %s", sbx_cgroups_why_no_pids(c));
+    g = calloc(1, sizeof(*g));
     if (!g)
         return sbx_error_set(err, ENOMEM, "allocate cgroup");
     g->c = c;
@@ -384,6 +488,20 @@ int sbx_cgroup_signal(struct sbx_cgroup *g, int sig)
         nanosleep(&pause, NULL);
     }
     return n;
+}
+
+bool sbx_cgroup_has_members(const struct sbx_cgroup *g)
+{
+    const char *dirs[N_CTL];
+    char path[FILE_PATH_MAX];
+    _cleanup_fclose_ FILE *f = NULL;
+    long pid;
+
+    if (dirs_of(g, dirs) == 0)
+        return false;
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dirs[0]);
+    f = fopen(path, "re");
+    return f && fscanf(f, "%ld", &pid) == 1;
 }
 
 bool sbx_cgroup_oom_killed(struct sbx_cgroup *g)

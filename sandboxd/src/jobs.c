@@ -43,6 +43,7 @@ struct sbx_job {
     struct sbx_exit ex;
     enum sbx_exit_reason reason;
     bool timed_out, shutdown;
+    bool deadline_passed;    /* the timeout fired, for the process or what it left behind */
     uint64_t client_signals; /* bit n-1: a client sent signal n */
     struct timespec started, ended;
     struct sbx_timer timer;
@@ -88,7 +89,7 @@ static void job_free(void *arg)
         sbx_timer_release(&job->timer);
     sbx_proc_unref(job->proc);
     /* A timed-out tree dies whole, even when its record goes before the grace is over. */
-    if (job->cg && job->timed_out)
+    if (job->cg && job->deadline_passed)
         (void)sbx_cgroup_signal(job->cg, SIGKILL);
     sbx_cgroup_free(job->cg);
     for (int i = 0; i < 2; i++)
@@ -276,8 +277,10 @@ static void on_exit_(void *data, const struct sbx_exit *ex)
     clock_gettime(CLOCK_REALTIME, &job->ended);
     job->reason = reason_of(job);
     /* After a timeout's SIGTERM the SIGKILL still comes at the end of the grace, for whatever
-     * of the tree outlived the process; the retention starts after it. */
-    if (job->phase != PHASE_GRACE || !job->cg) {
+     * of the tree outlived the process; a timeout still to come holds for what the process left
+     * in its cgroup (a fork bomb's top returns at once). The retention starts after them. */
+    if (!job->cg || (job->phase != PHASE_GRACE &&
+                     (job->phase != PHASE_TIMEOUT || !sbx_cgroup_has_members(job->cg)))) {
         job->phase = PHASE_RETAIN;
         if (timer_locked(job))
             (void)sbx_timer_arm(&job->timer, job->j->o.retain_ms ? job->j->o.retain_ms : 1);
@@ -319,8 +322,14 @@ static void on_timer(struct sbx_timer *t)
 
     pthread_mutex_lock(&job->lock);
     phase = job->phase;
-    if (phase == PHASE_TIMEOUT && !job->exited) {
-        job->timed_out = true;
+    if (phase == PHASE_TIMEOUT && job->exited && job->cg && !sbx_cgroup_has_members(job->cg)) {
+        /* What the process left in its cgroup has ended on its own before the deadline. */
+        job->phase = PHASE_RETAIN;
+        (void)sbx_timer_arm(&job->timer, job->j->o.retain_ms ? job->j->o.retain_ms : 1);
+    } else if (phase == PHASE_TIMEOUT) {
+        /* Exited: only leftovers in its cgroup kept the timer; the exit's reason stands. */
+        job->timed_out = !job->exited;
+        job->deadline_passed = true;
         job->phase = PHASE_GRACE;
         a.sig = SIGTERM;
         (void)sbx_timer_arm(&job->timer, job->grace_ms ? job->grace_ms : 1);
@@ -404,10 +413,12 @@ static int make_cgroup(struct sbx_jobs *j, const struct sbx_job_spec *s, struct 
 
     if (s->memory_bytes && !sbx_cgroups_has_memory(j->o.cgroups))
         return sbx_error_set(err, EOPNOTSUPP, "memory limits are unsupported here: %s",
-                             j->o.cgroups ? "no memory controller" : j->o.cgroups_why);
+                             j->o.cgroups ? sbx_cgroups_why_no_memory(j->o.cgroups)
+                                          : j->o.cgroups_why);
     if (s->pids && !sbx_cgroups_has_pids(j->o.cgroups))
         return sbx_error_set(err, EOPNOTSUPP, "pids limits are unsupported here: %s",
-                             j->o.cgroups ? "no pids controller" : j->o.cgroups_why);
+                             j->o.cgroups ? sbx_cgroups_why_no_pids(j->o.cgroups)
+                                          : j->o.cgroups_why);
     if (!j->o.cgroups)
         return 0;
     pthread_mutex_lock(&j->lock);

@@ -585,9 +585,15 @@ static struct sbx_cgroups *open_cgroups(void)
         log_info("no cgroups for spawned processes: %s", d.cgroups_why.msg);
         return NULL;
     }
-    log_info("cgroups %s for spawned processes:%s%s", sbx_cgroups_version(d.cgroups),
+    /* The controllers first, one word each (what tests and operators read), then why a limit
+     * is refused. */
+    log_info("cgroups %s for spawned processes:%s%s%s%s%s%s", sbx_cgroups_version(d.cgroups),
              sbx_cgroups_has_memory(d.cgroups) ? " memory" : "",
-             sbx_cgroups_has_pids(d.cgroups) ? " pids" : "");
+             sbx_cgroups_has_pids(d.cgroups) ? " pids" : "",
+             sbx_cgroups_has_memory(d.cgroups) ? "" : "; no memory limits: ",
+             sbx_cgroups_has_memory(d.cgroups) ? "" : sbx_cgroups_why_no_memory(d.cgroups),
+             sbx_cgroups_has_pids(d.cgroups) ? "" : "; no pids limits: ",
+             sbx_cgroups_has_pids(d.cgroups) ? "" : sbx_cgroups_why_no_pids(d.cgroups));
     return d.cgroups;
 }
 

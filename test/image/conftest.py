@@ -247,6 +247,19 @@ def stop(proc, ep, signal_pid=None):
     assert rc == 0, f"sandboxd exited {rc}:\n{ep.log()}"
 
 
+def kill_leftovers(marker):
+    """SIGKILLs the processes this run started (sentry, gofer) that name marker."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+
+
 # ---------------------------------------------------------------------------------------------
 # Containers: podman and buildah, as DESIGN §7 found they work here
 

@@ -25,6 +25,7 @@ from conftest import (
     Podman,
     busybox_tree,
     daemon_flags,
+    kill_leftovers,
     need_root,
     need_tool,
     wait_until,
@@ -49,19 +50,6 @@ def runsc_argv(state, tree, flags):
         "/sandboxd",
         *flags,
     ]
-
-
-def kill_leftovers(marker):
-    """SIGKILLs the processes this run started (sentry, gofer) that name marker."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    os.kill(int(pid), signal.SIGKILL)
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            pass
 
 
 class Gvisor:

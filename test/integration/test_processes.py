@@ -393,7 +393,8 @@ def test_oom_score_adj(procs, sandboxd):
 
 
 def cgroups_or_skip(d):
-    """The daemon's cgroup support, from its log; skips (saying why) without it."""
+    """The daemon's cgroup line ("cgroups v1 for spawned processes: memory pids", then maybe
+    "; no memory limits: <why>"), from its log; skips (saying why) without cgroups."""
     for ln in d.lines:
         if "no cgroups for spawned processes" in ln:
             pytest.skip("the kernel gives this daemon no cgroup: " + ln.split(": ", 1)[-1])
@@ -402,9 +403,14 @@ def cgroups_or_skip(d):
     pytest.fail("the daemon did not say whether it has cgroups:\n" + d.log())
 
 
+def controllers(line):
+    """The controllers a cgroup line names: {"memory", "pids"} or fewer."""
+    return set(line.split("for spawned processes:", 1)[1].split(";")[0].split())
+
+
 def test_memory_limit_oom(sandboxd, procs):
     line = cgroups_or_skip(sandboxd)
-    if "memory" not in line:
+    if "memory" not in controllers(line):
         pytest.skip("no memory controller: " + line)
     hog = ["python3", "-c", "b = bytearray(400 << 20); print('survived')"]
     r = procs.run(hog, limits=procs.m.Limits(memory_bytes=64 << 20), timeout=60)
@@ -421,13 +427,47 @@ def test_memory_limit_oom(sandboxd, procs):
 
 def test_pids_limit(sandboxd, procs):
     line = cgroups_or_skip(sandboxd)
-    if "pids" not in line:
+    if "pids" not in controllers(line):
         pytest.skip("no pids controller: " + line)
     r = procs.run(["sh", "-c", "n=0; for i in $(seq 1 30); do sleep 5 & n=$((n+1)); done; echo $n"],
                   limits=procs.m.Limits(pids=8), timeout=60)
     assert r.exit.exit_code != 0 or int(r.stdout or b"0") < 30
     assert b"fork" in r.stderr.lower() or b"resource temporarily unavailable" in r.stderr.lower()
     assert sandboxd.client().execute(["echo", "alive"]).stdout == b"alive\n"
+
+
+def test_timeout_holds_for_what_the_process_left_in_its_cgroup(sandboxd, procs, leftovers):
+    # A fork bomb's top returns at once: its exit is its own (EXITED), but the timeout still
+    # ends the tree it left, here a sleeper and the bomb itself within its pids limit.
+    line = cgroups_or_skip(sandboxd)
+    if "pids" not in controllers(line):
+        pytest.skip("no pids controller: " + line)
+    bomb = "sleep 1000 & echo $!; b() { b | b & }; b"
+    p = procs.spawn(["sh", "-c", bomb], limits=procs.m.Limits(pids=16), timeout_ms=1500,
+                    grace_ms=300)
+    done = procs.wait(p.id)
+    sleeper = int(procs.attach(p.id)[0])
+    leftovers.add(sleeper)
+    assert done.exit.reason == procs.m.EXIT_REASON_EXITED and done.exit.exit_code == 0, done
+    assert not pid_gone(sleeper), "the sleeper died with the top"
+    wait_until(lambda: pid_gone(sleeper), 20, what="the sleeper ended by the timeout")
+    wait_until(lambda: any("timeout of 1500 ms: SIGKILL to its tree" in ln for ln in
+                           sandboxd.lines), 10, what="the SIGKILL at the end of the grace")
+    # The record still tells the process's own exit.
+    assert procs.get(p.id).exit.reason == procs.m.EXIT_REASON_EXITED
+    # What ends on its own before the deadline is left alone: no signal at the deadline. A
+    # second job's deadline, a second later, tells when the first one's has passed.
+    p = procs.spawn(["sh", "-c", "sleep 0.3 >/dev/null 2>&1 & echo $!"],
+                    limits=procs.m.Limits(pids=16), timeout_ms=1500)
+    later = procs.spawn(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"],
+                        limits=procs.m.Limits(pids=16), timeout_ms=2500, grace_ms=100)
+    procs.wait(p.id)
+    leftovers.add(int(procs.attach(p.id)[0]))
+    procs.wait(later.id)
+    leftovers.add(int(procs.attach(later.id)[0]))
+    wait_until(lambda: any(f"job {later.id} (pid {later.pid}): timeout of 2500 ms: SIGKILL" in ln
+                           for ln in sandboxd.lines), 20, what="the later deadline")
+    assert not any(f"job {p.id} (pid {p.pid}): timeout" in ln for ln in sandboxd.lines)
 
 
 def test_tree_kill_reaches_orphans_through_the_cgroup(sandboxd, procs, leftovers):
