@@ -273,18 +273,20 @@ static void wait_woken(struct sbx_job_waiter *w)
     struct wait_call *c = (struct wait_call *)((char *)w - offsetof(struct wait_call, w));
     struct sbx_grpc_req *req = take_req(c);
 
+    if (c->run) {
+        /* Forgotten before it is answered: a List right after the answer does not show it
+         * (the call's reference keeps what the answer reads). */
+        struct sbx_error e = {0};
+        struct sbx_job_info ji;
+        sbx_job_info(c->job, &ji);
+        (void)sbx_job_remove(c->jobs, ji.id, &e);
+    }
     if (req && c->run) {
         answer_run(c, req);
     } else if (req) {
         struct info_buf b;
         info_fill(&b, c->job);
         sbx_grpc_reply_watched(req, &b.m.base, GRPC_STATUS_OK, NULL);
-    }
-    if (c->run) {
-        struct sbx_error e = {0};
-        struct sbx_job_info ji;
-        sbx_job_info(c->job, &ji);
-        (void)sbx_job_remove(c->jobs, ji.id, &e);
     }
     wait_call_unref(c); /* the waiter's */
 }
