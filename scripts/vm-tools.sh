@@ -13,8 +13,16 @@ set -euo pipefail
 
 : "${SANDBOXD_TOOLS:=${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/bin}"
 
-KERNEL_PKG=linux-image-6.1.0-57-amd64
-KERNEL_VERSION=6.1.192-3
+# The kernel Debian's archive offers now (linux-image-amd64 points at it); the one this was
+# first run with when the archive cannot say.
+KERNEL_PKG=$(apt-cache depends linux-image-amd64 2>/dev/null |
+  awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+KERNEL_VERSION=
+[ -n "$KERNEL_PKG" ] && KERNEL_VERSION=$(apt-cache show "$KERNEL_PKG" 2>/dev/null |
+  awk '/^Version:/ {print $2; exit}')
+if [ -z "$KERNEL_PKG" ] || [ -z "$KERNEL_VERSION" ]; then
+  KERNEL_PKG=linux-image-6.1.0-57-amd64 KERNEL_VERSION=6.1.192-3
+fi
 GRPCURL=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 
 log() { printf 'vm-tools: %s\n' "$*" >&2; }
