@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "cleanup.h"
 #include "controller.h"
 #include "log.h"
 
@@ -143,6 +144,31 @@ static int adopt(struct sbx_ctrl *c, json_t *claim, json_t *sb, struct sbx_error
     return 1;
 }
 
+/* The claim's env entries: {name, value, containerName}, strings (value may be absent). */
+static int check_env(json_t *env, struct sbx_error *err)
+{
+    json_t *e, *v;
+    size_t i;
+
+    if (!env || json_is_null(env))
+        return 0;
+    if (!json_is_array(env))
+        return sbx_error_set(err, EINVAL, "spec.env is not a list");
+    json_array_foreach(env, i, e)
+    {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        v = json_object_get(e, "value");
+        if (!name || !*name || (v && !json_is_string(v) && !json_is_null(v)) ||
+            (json_object_get(e, "containerName") &&
+             !json_is_string(json_object_get(e, "containerName"))))
+            return sbx_error_set(err, EINVAL,
+                                 "spec.env[%zu]: name, value and containerName "
+                                 "must be strings",
+                                 i);
+    }
+    return 0;
+}
+
 /* Env of the claim into the template's containers (all, or the one named). */
 static void apply_env(json_t *sandbox, json_t *claim)
 {
@@ -155,57 +181,85 @@ static void apply_env(json_t *sandbox, json_t *claim)
     json_array_foreach(json_object_get(json_object_get(claim, "spec"), "env"), i, e)
     {
         const char *only = json_string_value(json_object_get(e, "containerName"));
+        const char *value = json_string_value(json_object_get(e, "value"));
         json_array_foreach(containers, j, ct)
         {
             const char *cn = json_string_value(json_object_get(ct, "name"));
-            if (only && (!cn || strcmp(cn, only) != 0))
+            if (!json_is_object(ct) || (only && (!cn || strcmp(cn, only) != 0)))
                 continue;
             json_t *env = json_object_get(ct, "env");
             if (!json_is_array(env)) {
                 env = json_array();
                 json_object_set_new(ct, "env", env);
             }
-            json_array_append_new(env, json_pack("{s:O, s:O}", "name", json_object_get(e, "name"),
-                                                 "value", json_object_get(e, "value")));
+            json_array_append_new(env, json_pack("{s:O, s:s}", "name", json_object_get(e, "name"),
+                                                 "value", value ? value : ""));
         }
     }
 }
 
-/* A Sandbox for this claim alone, named like it. */
-static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sbx_error *err)
+int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_error *err)
 {
     const char *ns = sbx_meta_str(claim, "namespace"), *name = sbx_meta_str(claim, "name");
     json_t *md = json_object_get(json_object_get(claim, "spec"), "additionalPodMetadata");
     json_auto_t *labels = json_pack("{s:s?}", SBX_LABEL_CLAIM, sbx_meta_str(claim, "uid"));
-    json_auto_t *want = sbx_sandbox_from_template(tmpl, ns, name, claim_ref(claim), labels);
-    char path[600];
+    json_auto_t *want = NULL;
+    int r;
 
-    if (!want)
-        return sbx_error_set(err, ENOMEM, "sandbox");
+    if (!ns || !name || !labels)
+        return sbx_error_set(err, !labels ? ENOMEM : EINVAL, "claim without a name");
+    if ((r = check_env(json_object_get(json_object_get(claim, "spec"), "env"), err)) < 0)
+        return r;
+    if ((r = sbx_sandbox_from_template(tmpl, ns, name, claim_ref(claim), labels, &want, err)) < 0)
+        return r;
     json_t *spec = json_object_get(want, "spec");
     json_auto_t *lc = lifecycle(claim);
     json_object_update(spec, lc);
     json_t *pt = json_object_get(spec, "podTemplate");
     json_t *pmd = json_object_get(pt, "metadata");
-    if (!json_is_object(pmd)) {
-        pmd = json_object();
-        json_object_set_new(pt, "metadata", pmd);
-    }
     for (int i = 0; i < 2; i++) {
         const char *f = i ? "annotations" : "labels";
-        json_t *add = json_object_get(md, f), *have = json_object_get(pmd, f);
+        json_t *add = json_object_get(md, f), *have = json_object_get(pmd, f), *v;
+        const char *k;
         if (!json_is_object(add))
             continue;
+        json_object_foreach(add, k, v)
+        {
+            if (!json_is_string(v))
+                return sbx_error_set(err, EINVAL,
+                                     "spec.additionalPodMetadata.%s: \"%.100s\" is "
+                                     "not a string",
+                                     f, k);
+        }
         if (!json_is_object(have)) {
             have = json_object();
             json_object_set_new(pmd, f, have);
         }
+        /* The template's label that its NetworkPolicy selects by stays. */
+        json_t *keep = json_incref(json_object_get(have, SBX_LABEL_TEMPLATE));
         json_object_update(have, add);
+        if (keep && !i)
+            json_object_set(have, SBX_LABEL_TEMPLATE, keep);
+        json_decref(keep);
     }
     apply_env(want, claim);
-    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION, ns);
+    *ret = TAKE_PTR(want);
+    return 0;
+}
+
+/* A Sandbox for this claim alone, named like it. */
+static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sbx_error *err)
+{
+    json_auto_t *want = NULL;
+    char path[600];
+    int r;
+
+    if ((r = sbx_claim_sandbox(claim, tmpl, &want, err)) < 0)
+        return r;
+    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION,
+             sbx_meta_str(claim, "namespace"));
     count_write(c);
-    int r = sbx_api_create(c->kube, path, want, err);
+    r = sbx_api_create(c->kube, path, want, err);
     if (r < 0)
         return r;
     if (r == 1) /* not when it existed already (our cache lagged) */

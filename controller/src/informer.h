@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "kube.h"
+#include "watch.h"
 
 enum sbx_event {
     SBX_EVENT_ADDED,
@@ -53,6 +54,3 @@ struct sbx_informer_stats {
     uint64_t lists, watches, events, bookmarks, gone;
 };
 void sbx_informer_stats(struct sbx_informer *inf, struct sbx_informer_stats *ret);
-
-/* "namespace/name" of obj into buf; returns buf or NULL when it has no name or does not fit. */
-char *sbx_object_key(json_t *obj, char *buf, size_t size);
