@@ -4,7 +4,8 @@
  * Input: a kubeconfig file (YAML or JSON).
  *
  * Checked: whatever JSON jansson reads from the input (integers, strings of the Basic
- * Multilingual Plane, nesting within the bound; no reals, which we keep as strings) reads the
+ * Multilingual Plane without DEL, nesting within the bound; no reals, which we keep as strings)
+ * reads the
  * same through our YAML reader once written out by jansson, YAML being a superset of that JSON;
  * a configuration is accepted only with a server, its paths are absolute (resolved against the
  * file's directory), insecure only when the cluster says true, each *-data field decoded as a
@@ -80,6 +81,17 @@ static void check_base64(const char *s)
     free(got);
 }
 
+/* Whether YAML can carry s as jansson writes it: within the Basic Multilingual Plane (beyond,
+ * jansson escapes surrogates, which YAML lacks) and without DEL (which JSON leaves raw and YAML
+ * does not allow raw). */
+static bool yaml_safe(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0xf0 || s[i] == 0x7f)
+            return false;
+    return true;
+}
+
 /* Depth, and whether every value is one our YAML reader gives back as jansson read it. */
 static bool plain(json_t *j, int depth)
 {
@@ -92,15 +104,11 @@ static bool plain(json_t *j, int depth)
     switch (json_typeof(j)) {
     case JSON_REAL:
         return false;
-    case JSON_STRING: {
-        const unsigned char *s = (const unsigned char *)json_string_value(j);
-        for (i = 0; i < json_string_length(j); i++)
-            if (s[i] >= 0xf0) /* beyond the BMP: escaped as surrogates, which YAML lacks */
-                return false;
-        return true;
-    }
+    case JSON_STRING:
+        return yaml_safe(json_string_value(j), json_string_length(j));
     case JSON_OBJECT:
-        json_object_foreach(j, k, v) if (!plain(v, depth + 1)) return false;
+        json_object_foreach(j, k,
+                            v) if (!yaml_safe(k, strlen(k)) || !plain(v, depth + 1)) return false;
         return true;
     case JSON_ARRAY:
         json_array_foreach(j, i, v) if (!plain(v, depth + 1)) return false;
