@@ -385,19 +385,23 @@ static void converse(struct sbx_http *h, const uint8_t *in, size_t n, unsigned s
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int fds = -1;
+    static bool started;
     struct fuzz_box b;
+    int fds;
     struct buf out = {0};
 
     if (size < 1 || size > 64 * 1024)
         return 0;
-    if (fds < 0) {
+    if (!started) {
         sbx_log_max_level = SBX_LOG_ERROR;
         umask(022);
         server(false);
         server(true);
-        fds = fuzz_count_fds();
+        started = true;
     }
+    /* Counted per input: between inputs libFuzzer may start llvm-symbolizer (two pipes and
+     * /dev/null) to name a function it saw for the first time. */
+    fds = fuzz_count_fds();
     fuzz_box_make(&b);
     root_slot = b.root;
     converse(server(data[0] & 1), data + 1, size - 1, data[0] >> 1, &out);
