@@ -234,6 +234,19 @@ static bool mhd_refusal(const struct response *r)
             r->status == 500 || r->status == 501 || r->status == 505);
 }
 
+/* libmicrohttpd 0.9.75 answers a Content-Length it refuses (not a number, or too large) with
+ * its refusal's head twice, the first without the body it announces. Taken as it is: the
+ * connection ends right after, and the daemon is not the one writing it (the findings in
+ * README.md). */
+static bool mhd_repeated(const char *head, const char *after, const char *end)
+{
+    const char *e = line_end(head, end);
+    size_t n = e ? (size_t)(e - head) + 2 : 0;
+
+    return e && (size_t)(end - after) >= n && !memcmp(head, after, n) &&
+           (!memcmp(head + 9, "400 ", 4) || !memcmp(head + 9, "413 ", 4));
+}
+
 /* The answers as a path through out: the response starting at each position and where the
  * next one starts. A response with a Content-Length may lack its body (an answer to a HEAD),
  * so both readings are tried; memo[] keeps each position's verdict (0 not tried, 1 reaches the
@@ -277,7 +290,7 @@ static bool reaches_end(struct answers *a, size_t pos)
             a->next[pos] = b + (size_t)r.length;
             ok = reaches_end(a, a->next[pos]);
         }
-        if (!ok && a->may_head && r.length > 0) {
+        if (!ok && r.length > 0 && (a->may_head || mhd_repeated(a->out + pos, r.body, end))) {
             a->next[pos] = b;
             ok = reaches_end(a, b);
         }
@@ -299,7 +312,9 @@ static void check_path(struct answers *a)
         if (r.status < 400 || r.status == 416) /* a 416 answers a Range, without a body */
             continue;
         if (mhd_refusal(&r)) {
-            CHECK(a->next[pos] == a->len, "HTTP %u not ours, yet the connection went on", r.status);
+            CHECK(a->next[pos] == a->len ||
+                      mhd_repeated(a->out + pos, a->out + a->next[pos], a->out + a->len),
+                  "HTTP %u not ours, yet the connection went on", r.status);
             continue;
         }
         CHECK(r.length >= 0 || r.chunked || !r.json, "HTTP %u framed by the connection's end",

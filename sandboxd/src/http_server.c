@@ -91,7 +91,19 @@ enum MHD_Result http_respond_json(struct hctx *c, unsigned status, json_t *body)
 enum MHD_Result http_respond_error(struct hctx *c, unsigned status, const char *code,
                                    const char *msg)
 {
-    return http_respond_json(c, status, json_pack("{s:s, s:s}", "code", code, "message", msg));
+    json_t *body = json_pack("{s:s, s:s}", "code", code, "message", msg);
+    char safe[512];
+    size_t i;
+
+    if (!body) {
+        /* The message quotes a client's bytes that are not UTF-8, which JSON cannot carry:
+         * they become '?' (an answer without a body would leave the request unanswered). */
+        for (i = 0; msg[i] && i < sizeof(safe) - 1; i++)
+            safe[i] = (unsigned char)msg[i] < 0x80 ? msg[i] : '?';
+        safe[i] = '\0';
+        body = json_pack("{s:s, s:s}", "code", code, "message", safe);
+    }
+    return http_respond_json(c, status, body);
 }
 
 enum MHD_Result http_respond_empty(struct hctx *c, unsigned status)
