@@ -1,7 +1,10 @@
 """What the fuzz targets found (sandboxd/fuzz/README.md), end to end through the daemon: each
 fails if its fix regresses in the handler's wiring, which the corpus replay does not see."""
 
+import io
+import os
 import socket
+import tarfile
 import time
 
 import grpc
@@ -128,3 +131,23 @@ def test_content_length_refused_by_libmicrohttpd(sandboxd, client, length):
     assert out.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 413 ")), out[:200]
     assert not (sandboxd.root / "cl").exists()
     assert_still_serving(client)
+
+
+def test_tar_download_of_empty_files_leaks_no_fd(sandboxd):
+    # Each empty file in a directory downloaded as tar kept its fd open (there was no data whose
+    # end would close it): a checkout full of empty __init__.py files ran the daemon out of fds.
+    d = sandboxd.root / "empties"
+    d.mkdir()
+    for i in range(40):
+        (d / f"e{i:02d}").touch()
+    (d / "last").write_bytes(b"x")
+
+    def fds():
+        return len(os.listdir(f"/proc/{sandboxd.proc.pid}/fd"))
+    before = fds()
+    for _ in range(3):
+        r = http_request(sandboxd.rest_port, "GET", "/v1/files/empties?archive=tar")
+        assert r.status == 200
+        with tarfile.open(fileobj=io.BytesIO(r.body)) as t:
+            assert len(t.getnames()) >= 41
+    assert fds() <= before + 2, (before, fds())  # not 3 x 40
