@@ -3,10 +3,10 @@
 # for SECONDS seconds (default 60), starting from its committed corpus. Not part of CI: CTest
 # only replays the corpus. New inputs go to $BUILD/fuzz-work/NAME/corpus, findings (crash-*,
 # leak-*, timeout-*, oom-*) to $BUILD/fuzz-work/NAME/, libFuzzer's output to
-# $BUILD/fuzz-work/NAME/log; a finding worth keeping is copied into sandboxd/fuzz/corpus/NAME/
-# once fixed. Each target's final figures (runs, exec/s, cov, ft, corpus) are printed at the
+# $BUILD/fuzz-work/NAME/log; a finding worth keeping is copied into the target's corpus
+# (sandboxd/fuzz/corpus/NAME/ or controller/fuzz/corpus/NAME/) once fixed. Each target's final figures (runs, exec/s, cov, ft, corpus) are printed at the
 # end and appended to $BUILD/fuzz-work/summary.
-# Usage: scripts/fuzz.sh [SECONDS [NAME...]]   (NAME: tar_unpack, path, http_args, ...)
+# Usage: scripts/fuzz.sh [SECONDS [NAME...]]   (NAME: tar_unpack, path, http_args, ctl_watch, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +15,7 @@ shift || true
 BUILD=${BUILD:-build/fuzz}
 
 if [ $# -eq 0 ]; then
-  for f in sandboxd/fuzz/fuzz_*.c; do
+  for f in sandboxd/fuzz/fuzz_*.c controller/fuzz/fuzz_*.c; do
     name=$(basename "$f" .c)
     case $name in fuzz_main | fuzz_box) ;; *) set -- "$@" "${name#fuzz_}" ;; esac
   done
@@ -25,6 +25,11 @@ fi
 CC=clang cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSANDBOXD_FUZZ=ON \
   >/dev/null
 ninja -C "$BUILD" -j2 "${@/#/fuzz_}"
+
+# dir NAME: the directory of target NAME's sources and corpus.
+dir() {
+  if [ -f "controller/fuzz/fuzz_$1.c" ]; then echo controller/fuzz; else echo sandboxd/fuzz; fi
+}
 
 # summarize NAME LOG: one line from libFuzzer's last status line and final stats.
 summarize() {
@@ -46,8 +51,9 @@ for name in "$@"; do
   mkdir -p "$work/corpus"
   echo "== fuzz $name for ${secs}s"
   set +e
-  "$BUILD/sandboxd/fuzz/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" "sandboxd/fuzz/corpus/$name" \
+  d=$(dir "$name")
+  "$BUILD/$d/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" "$d/corpus/$name" \
     2>&1 | tee "$work/log" | grep --line-buffered -E '^(==|#[0-9]+[[:space:]]+(DONE|pulse))|ERROR|check failed|SUMMARY'
   rc=${PIPESTATUS[0]}
   set -e

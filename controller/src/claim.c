@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "cleanup.h"
 #include "controller.h"
 #include "log.h"
 
@@ -143,6 +144,31 @@ static int adopt(struct sbx_ctrl *c, json_t *claim, json_t *sb, struct sbx_error
     return 1;
 }
 
+/* The claim's env entries: {name, value, containerName}, strings (value may be absent). */
+static int check_env(json_t *env, struct sbx_error *err)
+{
+    json_t *e, *v;
+    size_t i;
+
+    if (!env || json_is_null(env))
+        return 0;
+    if (!json_is_array(env))
+        return sbx_error_set(err, EPERM, "spec.env is not a list");
+    json_array_foreach(env, i, e)
+    {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        v = json_object_get(e, "value");
+        if (!name || !*name || (v && !json_is_string(v) && !json_is_null(v)) ||
+            (json_object_get(e, "containerName") &&
+             !json_is_string(json_object_get(e, "containerName"))))
+            return sbx_error_set(err, EPERM,
+                                 "spec.env[%zu]: name, value and containerName "
+                                 "must be strings",
+                                 i);
+    }
+    return 0;
+}
+
 /* The variable named `name` in a container's env, or NULL (borrowed). */
 static json_t *env_var(json_t *ct, const char *name)
 {
@@ -175,14 +201,23 @@ static int inject(json_t *ct, json_t *e, bool overrides, struct sbx_error *err)
                              "variable \"%s\" of container \"%s\" would be overridden: the "
                              "template's envVarsInjectionPolicy is Allowed, not Overrides",
                              name, cn);
-    json_t *v = json_pack("{s:s, s:O}", "name", name, "value",
-                          json_object_get(e, "value") ?: json_string(""));
+    const char *value = json_string_value(json_object_get(e, "value"));
+    json_t *v = json_pack("{s:s, s:s}", "name", name, "value", value ? value : "");
     if (!v)
         return sbx_error_set(err, ENOMEM, "env");
     if (have) {
+        /* Replaced where it stands (a later $(VAR) may refer to it); a duplicate of the name
+         * further down, which would win, goes. */
+        size_t i = json_array_size(env);
         json_object_clear(have);
         json_object_update(have, v);
         json_decref(v);
+        while (i-- > 0) {
+            json_t *o = json_array_get(env, i);
+            const char *n = json_string_value(json_object_get(o, "name"));
+            if (o != have && n && !strcmp(n, name))
+                json_array_remove(env, i);
+        }
         return 0;
     }
     if (!json_is_array(env))
@@ -194,7 +229,7 @@ static int inject(json_t *ct, json_t *e, bool overrides, struct sbx_error *err)
 /* Env of the claim into the template's containers (all, or the one named), as the template's
  * envVarsInjectionPolicy allows: Disallowed (the default) takes none, Allowed adds variables a
  * container does not set (and none to a container with envFrom), Overrides also replaces its
- * values. Returns 0, or -EPERM / -EINVAL with the reason in err. */
+ * values. Returns 0, or -EPERM with the reason in err. */
 static int apply_env(json_t *sandbox, json_t *claim, json_t *tmpl, struct sbx_error *err)
 {
     json_t *pspec =
@@ -220,17 +255,66 @@ static int apply_env(json_t *sandbox, json_t *claim, json_t *tmpl, struct sbx_er
         json_array_foreach(json_object_get(pspec, "containers"), j, ct)
         {
             const char *cn = json_string_value(json_object_get(ct, "name"));
-            if (only && (!cn || strcmp(cn, only) != 0))
+            if (!json_is_object(ct) || (only && (!cn || strcmp(cn, only) != 0)))
                 continue;
             found = true;
             if ((r = inject(ct, e, overrides, err)) < 0)
                 return r;
         }
         if (!found)
-            return sbx_error_set(err, EINVAL,
-                                 "env names container \"%s\", which the template lacks",
+            return sbx_error_set(err, EPERM, "env names container \"%s\", which the template lacks",
                                  only ? only : "");
     }
+    return 0;
+}
+
+int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_error *err)
+{
+    const char *ns = sbx_meta_str(claim, "namespace"), *name = sbx_meta_str(claim, "name");
+    json_t *md = json_object_get(json_object_get(claim, "spec"), "additionalPodMetadata");
+    json_auto_t *labels = json_pack("{s:s?}", SBX_LABEL_CLAIM, sbx_meta_str(claim, "uid"));
+    json_auto_t *want = NULL;
+    int r;
+
+    if (!ns || !name || !labels)
+        return sbx_error_set(err, !labels ? ENOMEM : EINVAL, "claim without a name");
+    if ((r = check_env(json_object_get(json_object_get(claim, "spec"), "env"), err)) < 0)
+        return r;
+    if ((r = sbx_sandbox_from_template(tmpl, ns, name, claim_ref(claim), labels, &want, err)) < 0)
+        return r;
+    json_t *spec = json_object_get(want, "spec");
+    json_auto_t *lc = lifecycle(claim);
+    json_object_update(spec, lc);
+    json_t *pt = json_object_get(spec, "podTemplate");
+    json_t *pmd = json_object_get(pt, "metadata");
+    for (int i = 0; i < 2; i++) {
+        const char *f = i ? "annotations" : "labels";
+        json_t *add = json_object_get(md, f), *have = json_object_get(pmd, f), *v;
+        const char *k;
+        if (!json_is_object(add))
+            continue;
+        json_object_foreach(add, k, v)
+        {
+            if (!json_is_string(v))
+                return sbx_error_set(err, EINVAL,
+                                     "spec.additionalPodMetadata.%s: \"%.100s\" is "
+                                     "not a string",
+                                     f, k);
+        }
+        if (!json_is_object(have)) {
+            have = json_object();
+            json_object_set_new(pmd, f, have);
+        }
+        /* The template's label that its NetworkPolicy selects by stays. */
+        json_t *keep = json_incref(json_object_get(have, SBX_LABEL_TEMPLATE));
+        json_object_update(have, add);
+        if (keep && !i)
+            json_object_set(have, SBX_LABEL_TEMPLATE, keep);
+        json_decref(keep);
+    }
+    if ((r = apply_env(want, claim, tmpl, err)) < 0)
+        return r;
+    *ret = TAKE_PTR(want);
     return 0;
 }
 
@@ -241,36 +325,11 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
 /* A Sandbox for this claim alone, named like it. */
 static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sbx_error *err)
 {
-    const char *ns = sbx_meta_str(claim, "namespace"), *name = sbx_meta_str(claim, "name");
-    json_t *md = json_object_get(json_object_get(claim, "spec"), "additionalPodMetadata");
-    json_auto_t *labels = json_pack("{s:s?}", SBX_LABEL_CLAIM, sbx_meta_str(claim, "uid"));
-    json_auto_t *want = sbx_sandbox_from_template(tmpl, ns, name, claim_ref(claim), labels);
+    json_auto_t *want = NULL;
     char path[600];
+    int r = sbx_claim_sandbox(claim, tmpl, &want, err);
 
-    if (!want)
-        return sbx_error_set(err, ENOMEM, "sandbox");
-    json_t *spec = json_object_get(want, "spec");
-    json_auto_t *lc = lifecycle(claim);
-    json_object_update(spec, lc);
-    json_t *pt = json_object_get(spec, "podTemplate");
-    json_t *pmd = json_object_get(pt, "metadata");
-    if (!json_is_object(pmd)) {
-        pmd = json_object();
-        json_object_set_new(pt, "metadata", pmd);
-    }
-    for (int i = 0; i < 2; i++) {
-        const char *f = i ? "annotations" : "labels";
-        json_t *add = json_object_get(md, f), *have = json_object_get(pmd, f);
-        if (!json_is_object(add))
-            continue;
-        if (!json_is_object(have)) {
-            have = json_object();
-            json_object_set_new(pmd, f, have);
-        }
-        json_object_update(have, add);
-    }
-    int r = apply_env(want, claim, tmpl, err);
-    if (r == -EPERM || r == -EINVAL) { /* the claim cannot be served as it is: say so, no retry */
+    if (r == -EPERM) { /* its env cannot be served as it is: say so, no retry */
         char why[sizeof(err->msg)];
         snprintf(why, sizeof(why), "%s", err->msg);
         return claim_status(c, claim, NULL, NULL, false, "False", "EnvVarsInjectionRejected", why,
@@ -278,7 +337,8 @@ static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sb
     }
     if (r < 0)
         return r;
-    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION, ns);
+    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION,
+             sbx_meta_str(claim, "namespace"));
     count_write(c);
     r = sbx_api_create(c->kube, path, want, err);
     if (r < 0)

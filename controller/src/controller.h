@@ -62,9 +62,18 @@ bool sbx_ctrl_synced(struct sbx_ctrl *c);
 void sbx_ctrl_free(struct sbx_ctrl *c);
 
 /* The Sandbox a SandboxTemplate makes: its pod template and service, with labels (borrowed) and
- * the controller reference owner (stolen). A new reference, or NULL. */
-json_t *sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
-                                  json_t *labels);
+ * the controller reference owner (stolen, may be NULL: then -ENOMEM). -EINVAL when the template
+ * has no pod template. */
+int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
+                              json_t *labels, json_t **ret, struct sbx_error *err);
+
+/* The Sandbox a SandboxClaim gets on a cold start, from its warm pool's template: named like the
+ * claim, owned by it, its lifecycle (shutdownTime, shutdownPolicy Delete or Retain), pod labels
+ * and annotations, and env ({name, value, containerName}, strings) applied as the template's
+ * envVarsInjectionPolicy allows. -EPERM when the env cannot be (malformed, not allowed, or naming
+ * a container the template lacks), -EINVAL when the template or the claim's other additions
+ * cannot be used. */
+int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_error *err);
 
 /* Deletes the cached Sandboxes of namespace ns whose controller is the `kind` named `name`: the
  * owner is gone, and the garbage collector may not run. */

@@ -13,7 +13,7 @@
 #include "log.h"
 
 #define MAX_EVENT      (16u << 20) /* one watch event line */
-#define MAX_PATH       4096
+#define MAX_PATH       8192
 #define BACKOFF_MIN_MS 250
 #define BACKOFF_MAX_MS 10000
 
@@ -31,23 +31,10 @@ struct sbx_informer {
     pthread_cond_t cond;
     volatile int stop;
     json_t *cache; /* key -> object */
-    char rv[64];
+    char rv[SBX_RV_MAX];
     bool synced, need_list;
     struct sbx_informer_stats stats;
 };
-
-char *sbx_object_key(json_t *obj, char *buf, size_t size)
-{
-    json_t *md = json_object_get(obj, "metadata");
-    const char *ns = json_string_value(json_object_get(md, "namespace"));
-    const char *name = json_string_value(json_object_get(md, "name"));
-    int n;
-
-    if (!name)
-        return NULL;
-    n = snprintf(buf, size, "%s/%s", ns ? ns : "", name);
-    return n > 0 && (size_t)n < size ? buf : NULL;
-}
 
 static const char *object_rv(json_t *obj)
 {
@@ -70,17 +57,18 @@ void sbx_json_keep(json_t *obj, const char *const *keep)
     }
 }
 
-/* Drops what the controller never reads; managedFields alone is often half an object. */
+/* Drops what the controller never reads: what no one reads (sbx_object_trim), then what this
+ * informer's handlers do not (its projection). */
 static void trim(struct sbx_informer *inf, json_t *obj)
 {
-    json_object_del(json_object_get(obj, "metadata"), "managedFields");
+    sbx_object_trim(obj);
     if (inf->project)
         inf->project(obj);
 }
 
 static void set_rv(struct sbx_informer *inf, const char *rv)
 {
-    if (rv && strlen(rv) < sizeof(inf->rv)) {
+    if (sbx_rv_valid(rv)) {
         pthread_mutex_lock(&inf->mu);
         strcpy(inf->rv, rv);
         pthread_mutex_unlock(&inf->mu);
@@ -90,7 +78,7 @@ static void set_rv(struct sbx_informer *inf, const char *rv)
 /* Stores obj (stolen) under its key and tells the handler. */
 static void apply(struct sbx_informer *inf, enum sbx_event ev, json_t *obj)
 {
-    char key[600];
+    char key[SBX_KEY_MAX];
 
     if (!sbx_object_key(obj, key, sizeof(key))) {
         json_decref(obj);
@@ -124,7 +112,8 @@ static int build_path(struct sbx_informer *inf, char *buf, size_t size, const ch
 static int relist(struct sbx_informer *inf, struct sbx_error *err)
 {
     json_auto_t *fresh = json_object();
-    char cont[2048] = "", path[MAX_PATH], extra[2200], rv[64] = "";
+    char cont[SBX_CONTINUE_MAX] = "", path[MAX_PATH], extra[3 * SBX_CONTINUE_MAX + 32];
+    char rv[SBX_RV_MAX] = "";
     const char *key;
     json_t *obj;
     void *tmp;
@@ -133,9 +122,8 @@ static int relist(struct sbx_informer *inf, struct sbx_error *err)
         return sbx_error_set(err, ENOMEM, "list");
     do {
         json_auto_t *body = NULL;
-        char esc[2048];
+        char esc[3 * SBX_CONTINUE_MAX];
         long status;
-        size_t i;
         if (*cont && !sbx_kube_escape(cont, esc, sizeof(esc)))
             return sbx_error_set(err, ENAMETOOLONG, "continue token");
         snprintf(extra, sizeof(extra), "limit=%d%s%s", inf->page_size, *cont ? "&continue=" : "",
@@ -150,22 +138,14 @@ static int relist(struct sbx_informer *inf, struct sbx_error *err)
             *cont = '\0';
             continue;
         }
-        if (status != 200 || !json_is_array(json_object_get(body, "items")))
+        if (status != 200)
             return sbx_error_set(err, EIO, "list %s: HTTP %ld", inf->path, status);
-        json_array_foreach(json_object_get(body, "items"), i, obj)
-        {
-            char k[600];
-            if (sbx_object_key(obj, k, sizeof(k))) {
-                trim(inf, obj);
-                json_object_set(fresh, k, obj);
-            }
-        }
-        json_t *md = json_object_get(body, "metadata");
-        const char *c = json_string_value(json_object_get(md, "continue"));
-        const char *lrv = json_string_value(json_object_get(md, "resourceVersion"));
-        snprintf(cont, sizeof(cont), "%s", c ? c : "");
-        if (lrv)
-            snprintf(rv, sizeof(rv), "%s", lrv);
+        if ((r = sbx_list_page_parse(body, fresh, cont, rv, err)) < 0)
+            return sbx_error_wrap(err, "%s", inf->path);
+        /* Projected page by page: a large list never holds whole objects at once. (Objects of
+         * earlier pages are projected already: projecting is idempotent and cheap then.) */
+        if (inf->project)
+            json_object_foreach(fresh, key, obj) inf->project(obj);
     } while (*cont);
 
     /* Deleted while we were not watching. */
@@ -211,59 +191,53 @@ static int gone(struct sbx_informer *inf)
     return -ESTALE;
 }
 
-/* One watch line: {"type": ..., "object": {...}}. */
+/* One watch line: an event, or the end of this watch. */
 static int on_line(const char *line, size_t len, void *arg)
 {
     struct sbx_informer *inf = arg;
-    json_auto_t *ev = json_loadb(line, len, 0, NULL);
-    const char *type = json_string_value(json_object_get(ev, "type"));
-    json_t *obj = json_object_get(ev, "object");
+    struct sbx_watch_event ev;
+    struct sbx_error err = {0};
+    int r = sbx_watch_event_parse(line, len, &ev, &err);
 
-    if (!type && json_integer_value(json_object_get(ev, "code")) == 410)
+    if (r == -ESTALE)
         return gone(inf);
-    if (!type) {
-        /* Not an event: the Status of a failed watch request. */
-        log_warn(0, "%s: watch refused: %s", inf->name,
-                 json_string_value(json_object_get(ev, "message")) ?: "not a watch event");
-        return -EPROTO;
+    if (r < 0) {
+        log_warn(0, "%s: %s", inf->name, err.msg);
+        return r;
     }
-    if (!strcmp(type, "ERROR")) {
-        if (json_integer_value(json_object_get(obj, "code")) == 410)
-            return gone(inf);
-        log_warn(0, "%s: watch error: %s", inf->name,
-                 json_string_value(json_object_get(obj, "message")));
-        return -EPROTO;
-    }
-    if (!strcmp(type, "BOOKMARK")) {
-        set_rv(inf, object_rv(obj));
+    if (ev.type == SBX_WATCH_BOOKMARK) {
+        set_rv(inf, ev.rv);
         pthread_mutex_lock(&inf->mu);
         inf->stats.bookmarks++;
         pthread_mutex_unlock(&inf->mu);
         return 0;
     }
-    enum sbx_event e = !strcmp(type, "ADDED")      ? SBX_EVENT_ADDED
-                       : !strcmp(type, "MODIFIED") ? SBX_EVENT_MODIFIED
-                       : !strcmp(type, "DELETED")  ? SBX_EVENT_DELETED
-                                                   : (enum sbx_event) - 1;
-    if ((int)e < 0 || !json_is_object(obj))
+    if (ev.type == SBX_WATCH_IGNORED)
         return 0;
-    uint64_t lag = sbx_kube_write_seen(inf->kube, object_rv(obj));
+    uint64_t lag = sbx_kube_write_seen(inf->kube, ev.rv);
     if (lag)
         sbx_histogram_observe(&inf->lag, lag);
-    set_rv(inf, object_rv(obj));
-    apply(inf, e, json_incref(obj));
+    set_rv(inf, ev.rv);
+    apply(inf,
+          ev.type == SBX_WATCH_ADDED      ? SBX_EVENT_ADDED
+          : ev.type == SBX_WATCH_MODIFIED ? SBX_EVENT_MODIFIED
+                                          : SBX_EVENT_DELETED,
+          TAKE_PTR(ev.object));
     return 0;
 }
 
 static int watch(struct sbx_informer *inf, struct sbx_error *err)
 {
-    char path[MAX_PATH], extra[200];
+    char path[MAX_PATH], extra[300], rv[3 * SBX_RV_MAX];
     long status = 0;
     int r;
 
     pthread_mutex_lock(&inf->mu);
+    /* Opaque to us, and from the server: escaped like any query value. */
+    if (!sbx_kube_escape(inf->rv, rv, sizeof(rv)))
+        rv[0] = '\0';
     snprintf(extra, sizeof(extra),
-             "watch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%d", inf->rv,
+             "watch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%d", rv,
              inf->watch_timeout_s);
     inf->stats.watches++;
     pthread_mutex_unlock(&inf->mu);

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "histogram.h"
 #include "kube.h"
+#include "watch.h"
 
 enum sbx_event {
     SBX_EVENT_ADDED,
@@ -64,6 +65,3 @@ const struct sbx_histogram *sbx_informer_lag(struct sbx_informer *inf);
 
 /* Keeps only the members of obj named in `keep` (a NULL-terminated list). */
 void sbx_json_keep(json_t *obj, const char *const *keep);
-
-/* "namespace/name" of obj into buf; returns buf or NULL when it has no name or does not fit. */
-char *sbx_object_key(json_t *obj, char *buf, size_t size);

@@ -476,8 +476,7 @@ int sbx_kube_request(struct sbx_kube *k, const char *method, const char *path, j
 }
 
 struct stream {
-    struct body_buf line;
-    size_t max_line;
+    struct sbx_lines lines;
     sbx_kube_line_fn fn;
     void *arg;
     int fn_result;
@@ -487,30 +486,13 @@ struct stream {
 static size_t stream_write(char *p, size_t size, size_t n, void *arg)
 {
     struct stream *s = arg;
-    size_t len = size * n;
+    int r = sbx_lines_feed(&s->lines, p, size * n, s->fn, s->arg);
 
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] != '\n') {
-            if (s->line.len >= s->max_line) {
-                s->fn_result = -EMSGSIZE;
-                return 0;
-            }
-            if (collect(p + i, 1, 1, &s->line) != 1) {
-                s->fn_result = -ENOMEM;
-                return 0;
-            }
-            continue;
-        }
-        if (s->line.len > 0) {
-            int r = s->fn(s->line.data, s->line.len, s->arg);
-            s->line.len = 0;
-            if (r < 0) {
-                s->fn_result = r;
-                return 0;
-            }
-        }
+    if (r < 0) {
+        s->fn_result = r;
+        return 0;
     }
-    return len;
+    return size * n;
 }
 
 static int stream_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
@@ -526,7 +508,7 @@ int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_k
 {
     _cleanup_(curl_easy_cleanupp) CURL *h = curl_easy_init();
     _cleanup_(curl_slist_free_allp) struct curl_slist *hdr = NULL;
-    struct stream s = {.max_line = max_line, .fn = fn, .arg = arg, .stop = stop};
+    struct stream s = {.lines.max = max_line, .fn = fn, .arg = arg, .stop = stop};
     CURLcode rc;
     int r;
 
@@ -552,9 +534,9 @@ int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_k
     atomic_fetch_add(&k->opened[1], 1); /* a fresh handle: a connection of its own */
     rc = curl_easy_perform(h);
     /* An error answer is one JSON object, maybe without a newline. */
-    if (rc == CURLE_OK && s.fn_result == 0 && s.line.len > 0)
-        s.fn_result = fn(s.line.data, s.line.len, arg) < 0 ? -ECANCELED : 0;
-    free(s.line.data);
+    if (rc == CURLE_OK && s.fn_result == 0)
+        s.fn_result = sbx_lines_finish(&s.lines, fn, arg);
+    sbx_lines_release(&s.lines);
     if (s.fn_result < 0)
         return sbx_error_set(err, -s.fn_result, "watch %s", path);
     if (rc != CURLE_OK) {

@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "kubeconfig.h"
+#include "watch.h"
 
 struct sbx_kube;
 
@@ -39,7 +40,7 @@ int sbx_kube_request(struct sbx_kube *k, const char *method, const char *path, j
 
 /* Called for each line of a streamed response; a negative return stops the stream and is
  * returned by sbx_kube_stream. */
-typedef int (*sbx_kube_line_fn)(const char *line, size_t len, void *arg);
+typedef sbx_line_fn sbx_kube_line_fn;
 
 /* A long GET (a watch): each newline-terminated line goes to fn. Runs on a connection of its
  * own, outside the QPS limit (watches are long-lived, not bursts). Lines longer than max_line

@@ -66,7 +66,7 @@ int sbx_base64_decode(const char *in, char **ret, size_t *ret_len, struct sbx_er
     _cleanup_free_ char *out = malloc(strlen(in) / 4 * 3 + 4);
     unsigned acc = 0;
     int bits = 0, pad = 0;
-    size_t len = 0;
+    size_t len = 0, chars = 0;
 
     if (!out)
         return sbx_error_set(err, ENOMEM, "base64");
@@ -80,6 +80,7 @@ int sbx_base64_decode(const char *in, char **ret, size_t *ret_len, struct sbx_er
         int v = b64_value(*p);
         if (v < 0 || pad)
             return sbx_error_set(err, EINVAL, "invalid base64");
+        chars++;
         acc = (acc << 6) | (unsigned)v;
         bits += 6;
         if (bits >= 8) {
@@ -87,8 +88,9 @@ int sbx_base64_decode(const char *in, char **ret, size_t *ret_len, struct sbx_er
             out[len++] = (char)((acc >> bits) & 0xff);
         }
     }
-    if (pad > 2)
-        return sbx_error_set(err, EINVAL, "invalid base64 padding");
+    /* A lone character holds no byte; padding, when there is some, completes a group of 4. */
+    if (pad > 2 || chars % 4 == 1 || (pad && (chars + (size_t)pad) % 4 != 0))
+        return sbx_error_set(err, EINVAL, "invalid base64 length or padding");
     out[len] = '\0';
     *ret_len = len;
     *ret = TAKE_PTR(out);
@@ -163,46 +165,58 @@ static int fill_from(json_t *cluster, json_t *user, const char *dir, struct sbx_
     return 0;
 }
 
-int sbx_kube_config_load(const char *path, const char *context, struct sbx_kube_config *ret,
-                         struct sbx_error *err)
+int sbx_kube_config_parse(const char *buf, size_t len, const char *dir, const char *context,
+                          struct sbx_kube_config *ret, struct sbx_error *err)
 {
-    _cleanup_free_ char *buf = NULL, *dir = NULL;
     json_auto_t *doc = NULL;
     struct sbx_kube_config c = {0};
-    size_t len;
+    const char *name;
     json_t *ctx;
-    const char *name, *slash;
     int r;
 
-    if ((r = sbx_read_file(path, MAX_KUBECONFIG, &buf, &len, err)) < 0)
-        return r;
     if ((r = sbx_yaml_to_json(buf, len, &doc, err)) < 0)
-        return sbx_error_wrap(err, "kubeconfig '%s'", path);
+        return r;
     name = context ? context : json_string_value(json_object_get(doc, "current-context"));
     if (!name)
-        return sbx_error_set(err, EINVAL, "kubeconfig '%s': no current-context", path);
+        return sbx_error_set(err, EINVAL, "no current-context");
     ctx = named(json_object_get(doc, "contexts"), name, "context");
     if (!ctx)
-        return sbx_error_set(err, EINVAL, "kubeconfig '%s': no context \"%s\"", path, name);
+        return sbx_error_set(err, EINVAL, "no context \"%.100s\"", name);
     const char *cl = json_string_value(json_object_get(ctx, "cluster"));
     const char *us = json_string_value(json_object_get(ctx, "user"));
     json_t *cluster = cl ? named(json_object_get(doc, "clusters"), cl, "cluster") : NULL;
     json_t *user = us ? named(json_object_get(doc, "users"), us, "user") : NULL;
     if (!cluster)
-        return sbx_error_set(err, EINVAL, "kubeconfig '%s': context \"%s\" has no cluster", path,
-                             name);
-    slash = strrchr(path, '/');
-    if (slash && !(dir = strndup(path, (size_t)(slash - path) + (slash == path))))
-        return sbx_error_set(err, ENOMEM, "kubeconfig");
+        return sbx_error_set(err, EINVAL, "context \"%.100s\" has no cluster", name);
     r = fill_from(cluster, user ? user : json_object_get(doc, "no-user"), dir, &c, err);
     if (r < 0) {
         sbx_kube_config_release(&c);
-        return sbx_error_wrap(err, "kubeconfig '%s'", path);
+        return r;
     }
     const char *ns = json_string_value(json_object_get(ctx, "namespace"));
-    if (ns && *ns)
-        c.namespace = strdup(ns);
+    if (ns && *ns && !(c.namespace = strdup(ns))) {
+        sbx_kube_config_release(&c);
+        return sbx_error_set(err, ENOMEM, "kubeconfig");
+    }
     *ret = c;
+    return 0;
+}
+
+int sbx_kube_config_load(const char *path, const char *context, struct sbx_kube_config *ret,
+                         struct sbx_error *err)
+{
+    _cleanup_free_ char *buf = NULL, *dir = NULL;
+    const char *slash;
+    size_t len;
+    int r;
+
+    if ((r = sbx_read_file(path, MAX_KUBECONFIG, &buf, &len, err)) < 0)
+        return r;
+    slash = strrchr(path, '/');
+    if (slash && !(dir = strndup(path, (size_t)(slash - path) + (slash == path))))
+        return sbx_error_set(err, ENOMEM, "kubeconfig");
+    if ((r = sbx_kube_config_parse(buf, len, dir, context, ret, err)) < 0)
+        return sbx_error_wrap(err, "kubeconfig '%s'", path);
     return 0;
 }
 

@@ -26,6 +26,11 @@ struct sbx_kube_config {
 int sbx_kube_config_load(const char *path, const char *context, struct sbx_kube_config *ret,
                          struct sbx_error *err);
 
+/* The same from the file's bytes; dir is the directory relative paths are resolved against
+ * (NULL: left relative). Returns 0 or -EINVAL (-ENOMEM) with a message. */
+int sbx_kube_config_parse(const char *buf, size_t len, const char *dir, const char *context,
+                          struct sbx_kube_config *ret, struct sbx_error *err);
+
 /* The in-cluster configuration: KUBERNETES_SERVICE_HOST / _PORT, and sa_dir (normally
  * /var/run/secrets/kubernetes.io/serviceaccount) holding token, ca.crt and namespace. */
 int sbx_kube_config_in_cluster(const char *sa_dir, struct sbx_kube_config *ret,
@@ -33,7 +38,9 @@ int sbx_kube_config_in_cluster(const char *sa_dir, struct sbx_kube_config *ret,
 
 void sbx_kube_config_release(struct sbx_kube_config *c);
 
-/* Decodes standard base64 (whitespace ignored) into a new NUL-terminated buffer. */
+/* Decodes standard base64 (whitespace ignored, padding optional) into a new NUL-terminated
+ * buffer; -EINVAL for a character outside the alphabet, data after padding, or a length no
+ * encoding has. */
 int sbx_base64_decode(const char *in, char **ret, size_t *ret_len, struct sbx_error *err);
 
 /* Reads a whole small file (at most max bytes) into a NUL-terminated buffer. */

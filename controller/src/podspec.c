@@ -16,7 +16,7 @@ void sbx_name_hash(const char *name, char buf[9])
 {
     uint32_t h = 2166136261u;
 
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)(name ? name : ""); *p; p++) {
         h ^= *p;
         h *= 16777619u;
     }
@@ -94,15 +94,74 @@ static json_t *probe(const struct sbx_inject_opts *o, const char *path)
                      "periodSeconds", 5, "failureThreshold", 3);
 }
 
+/* A list of strings, or absent (null counts as absent). */
+static int strings_or_null(json_t *v, const char *what, struct sbx_error *err)
+{
+    json_t *e;
+    size_t i;
+
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_array(v))
+        return sbx_error_set(err, EINVAL, "%s is not a list of strings", what);
+    json_array_foreach(v, i, e)
+    {
+        if (!json_is_string(e))
+            return sbx_error_set(err, EINVAL, "%s is not a list of strings", what);
+    }
+    return 0;
+}
+
+/* What the template's first container must leave to sandboxd: its ports and their names, and
+ * the mount paths of its volumes (the API server would refuse the pod; better to say why). */
+static int check_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_error *err)
+{
+    json_t *p, *m;
+    size_t i;
+    int r;
+
+    if ((r = strings_or_null(json_object_get(c, "command"),
+                             "spec.podTemplate.spec.containers[0].command", err)) < 0 ||
+        (r = strings_or_null(json_object_get(c, "args"), "spec.podTemplate.spec.containers[0].args",
+                             err)) < 0)
+        return r;
+    json_array_foreach(json_object_get(c, "ports"), i, p)
+    {
+        json_int_t cp = json_integer_value(json_object_get(p, "containerPort"));
+        const char *name = json_string_value(json_object_get(p, "name"));
+        if (cp == o->grpc_port || cp == o->rest_port ||
+            (name && (!strcmp(name, "sandboxd-grpc") || !strcmp(name, "sandboxd-http"))))
+            return sbx_error_set(err, EINVAL,
+                                 "spec.podTemplate.spec.containers[0].ports: port %lld (%s) is "
+                                 "sandboxd's",
+                                 (long long)cp, name ? name : "unnamed");
+    }
+    json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
+    {
+        const char *path = json_string_value(json_object_get(m, "mountPath"));
+        if (path && (!strcmp(path, SBX_BIN_DIR) || !strcmp(path, SBX_TOKEN_DIR)))
+            return sbx_error_set(err, EINVAL,
+                                 "spec.podTemplate.spec.containers[0].volumeMounts: %s is "
+                                 "sandboxd's",
+                                 path);
+    }
+    return 0;
+}
+
 /* The main container runs sandboxd, which runs the original command. Without a command the
  * image's entrypoint is unknown here: sandboxd serves alone, and args (if any) become the
  * command it starts. */
 static int inject_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_error *err)
 {
-    json_t *cmd = json_pack("[s, s, s]", SBX_BIN_DIR "/sandboxd",
-                            "--token-file=" SBX_TOKEN_DIR "/" SBX_TOKEN_KEY, "--");
-    json_t *user_cmd = json_object_get(c, "command"), *args = json_object_get(c, "args");
+    json_t *cmd, *user_cmd = json_object_get(c, "command"), *args = json_object_get(c, "args");
+    int r;
 
+    if (!json_is_object(c))
+        return sbx_error_set(err, EINVAL, "spec.podTemplate.spec.containers[0] is not an object");
+    if ((r = check_main(c, o, err)) < 0)
+        return r;
+    cmd = json_pack("[s, s, s]", SBX_BIN_DIR "/sandboxd",
+                    "--token-file=" SBX_TOKEN_DIR "/" SBX_TOKEN_KEY, "--");
     if (!cmd)
         return sbx_error_set(err, ENOMEM, "pod");
     if (json_is_array(user_cmd))
@@ -113,18 +172,6 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_er
         json_array_remove(cmd, 2); /* nothing after "--" */
     json_object_set_new(c, "command", cmd);
     json_object_del(c, "args");
-
-    json_t *ports = json_object_get(c, "ports"), *p;
-    size_t i;
-    json_array_foreach(ports, i, p)
-    {
-        json_int_t cp = json_integer_value(json_object_get(p, "containerPort"));
-        if (cp == o->grpc_port || cp == o->rest_port)
-            return sbx_error_set(err, EINVAL,
-                                 "spec.podTemplate.spec.containers[0].ports: port %lld is "
-                                 "sandboxd's",
-                                 (long long)cp);
-    }
     if (append(c, "ports",
                json_pack("{s:s, s:i, s:s}", "name", "sandboxd-grpc", "containerPort", o->grpc_port,
                          "protocol", "TCP")) < 0 ||
@@ -138,9 +185,10 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_er
                json_pack("{s:s, s:s, s:b}", "name", SBX_TOKEN_VOLUME, "mountPath", SBX_TOKEN_DIR,
                          "readOnly", 1)) < 0)
         return sbx_error_set(err, ENOMEM, "pod");
-    if (!json_object_get(c, "readinessProbe"))
+    /* The template's own probes, when they are probes; a null one would leave none. */
+    if (!json_is_object(json_object_get(c, "readinessProbe")))
         json_object_set_new(c, "readinessProbe", probe(o, "/readyz"));
-    if (!json_object_get(c, "livenessProbe"))
+    if (!json_is_object(json_object_get(c, "livenessProbe")))
         json_object_set_new(c, "livenessProbe", probe(o, "/healthz"));
     return 0;
 }
@@ -193,16 +241,27 @@ int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **r
     char secret[300];
     int r;
 
+    if (!meta_str(sandbox, "name"))
+        return sbx_error_set(err, EINVAL, "metadata.name is missing");
     if (!json_is_object(spec))
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec is missing");
     if (!meta || !sbx_token_secret_name(meta_str(sandbox, "name"), secret, sizeof(secret)))
         return sbx_error_set(err, ENOMEM, "pod");
     if ((r = inject(spec, secret, o, err)) < 0)
         return r;
-    if (!json_object_get(spec, "runtimeClassName") && o->runtime_class && *o->runtime_class)
-        json_object_set_new(spec, "runtimeClassName", json_string(o->runtime_class));
-    if (!json_object_get(spec, "automountServiceAccountToken"))
-        json_object_set_new(spec, "automountServiceAccountToken", json_false());
+    /* A runtime class only when the template names one; a null or empty one would run the pod
+     * under the node's default runtime instead of ours. */
+    const char *rc = json_string_value(json_object_get(spec, "runtimeClassName"));
+    if (!rc || !*rc) {
+        json_object_del(spec, "runtimeClassName");
+        if (o->runtime_class && *o->runtime_class)
+            json_object_set_new(spec, "runtimeClassName", json_string(o->runtime_class));
+    }
+    /* The service account's token only when asked for with true: null (or anything else) would
+     * leave the API server's default, which mounts it. */
+    json_object_set_new(
+        spec, "automountServiceAccountToken",
+        json_boolean(json_is_true(json_object_get(spec, "automountServiceAccountToken"))));
     /* Template labels and annotations, ours on top (the selector must hold). */
     json_t *labels = json_object_get(meta, "labels");
     json_t *tl = json_deep_copy(json_object_get(tmeta, "labels"));

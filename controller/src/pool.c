@@ -16,17 +16,22 @@
 
 #define MAX_POOL_NAME 40 /* keeps "<pool>-<suffix>" within a label value */
 
-json_t *sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
-                                  json_t *labels)
+int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
+                              json_t *labels, json_t **ret, struct sbx_error *err)
 {
+    json_auto_t *own = owner;
     json_t *tspec = json_object_get(tmpl, "spec");
-    json_t *pt = json_deep_copy(json_object_get(tspec, "podTemplate"));
-    json_t *spec = json_pack("{s:o}", "podTemplate", pt);
+    json_t *pt = json_object_get(tspec, "podTemplate");
     json_t *service = json_object_get(tspec, "service");
+    json_auto_t *spec = NULL;
     char hash[9];
 
-    if (!spec)
-        return NULL;
+    if (!json_is_object(pt))
+        return sbx_error_set(err, EINVAL, "template \"%s\": spec.podTemplate is not an object",
+                             sbx_meta_str(tmpl, "name") ?: "");
+    if (!owner || !(spec = json_pack("{s:o}", "podTemplate", json_deep_copy(pt))))
+        return sbx_error_set(err, ENOMEM, "sandbox");
+    pt = json_object_get(spec, "podTemplate");
     /* The template's NetworkPolicy selects its pods by this label. */
     json_t *md = json_object_get(pt, "metadata");
     if (!json_is_object(md)) {
@@ -42,9 +47,10 @@ json_t *sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name
     json_object_set_new(pl, SBX_LABEL_TEMPLATE, json_string(hash));
     if (json_is_boolean(service))
         json_object_set(spec, "service", service);
-    return json_pack("{s:s, s:s, s:{s:s, s:s, s:O, s:[o]}, s:o}", "apiVersion", SBX_API_VERSION,
+    *ret = json_pack("{s:s, s:s, s:{s:s, s:s, s:O, s:[O]}, s:O}", "apiVersion", SBX_API_VERSION,
                      "kind", "Sandbox", "metadata", "name", name, "namespace", ns, "labels", labels,
-                     "ownerReferences", owner, "spec", spec);
+                     "ownerReferences", own, "spec", spec);
+    return *ret ? 0 : sbx_error_set(err, ENOMEM, "sandbox");
 }
 
 static json_t *pool_ref(json_t *pool)
@@ -115,14 +121,15 @@ static int fill(struct sbx_ctrl *c, json_t *pool, json_t *tmpl, const char *pool
             sbx_random_suffix(suffix, 5);
             snprintf(name, sizeof(name), "%.*s-%s", MAX_POOL_NAME, pname, suffix);
             json_auto_t *labels = json_pack("{s:s}", SBX_LABEL_POOL, hash);
-            json_auto_t *want = sbx_sandbox_from_template(tmpl, ns, name, pool_ref(pool), labels);
-            if (!want)
-                return sbx_error_set(err, ENOMEM, "sandbox");
+            json_auto_t *want = NULL;
+            int r = sbx_sandbox_from_template(tmpl, ns, name, pool_ref(pool), labels, &want, err);
+            if (r < 0)
+                return r;
             snprintf(key, sizeof(key), "%s/%s", ns, name);
             pthread_mutex_lock(&c->mu);
             json_object_set_new(c->expected, key, json_string(pool_key));
             pthread_mutex_unlock(&c->mu);
-            int r = sbx_api_create(c->kube, path, want, err);
+            r = sbx_api_create(c->kube, path, want, err);
             if (r <= 0) {
                 pthread_mutex_lock(&c->mu);
                 json_object_del(c->expected, key);

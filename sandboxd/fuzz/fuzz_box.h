@@ -1,5 +1,4 @@
-/* What the fuzz targets share: CHECK (abort, which libFuzzer reports as a crash with the input
- * saved; not assert(), which NDEBUG would drop), an fd count, and a box for code that touches
+/* What the fuzz targets share: CHECK (fuzz_check.h), an fd count, and a box for code that touches
  * files beneath a root:
  *
  *   box/root/     the sbx_root: dir/, dir/file, dir/sub/, file, and symlinks
@@ -17,17 +16,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "fuzz_check.h"
 #include "path.h"
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz: check failed: %s: ", #cond);                                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int fuzz_count_fds(void);
 

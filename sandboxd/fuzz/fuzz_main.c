@@ -2,7 +2,9 @@
  * command line, and every regular file of each directory named (in name order), through
  * LLVMFuzzerTestOneInput once. CTest runs it over the committed corpus, so a regression on a
  * saved input fails the ordinary test suite (systemd's fuzz-main.c does the same). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -172,3 +172,79 @@ grpc = [
 ]
 for name, t, msg in grpc:
     write('grpc_requests', name, bytes([t]) + msg)
+
+# --- http_requests: byte 0 (bit 0: the server wants "Authorization: Bearer fuzz-token"; bits
+# 1-7 seed the write sizes, 0 for one write), then what the client sends
+NOAUTH, AUTH, SMALL_WRITES = 0, 1, 0x2a
+
+
+def req(method, target, headers=(), body=b'', version='HTTP/1.1'):
+    head = f'{method} {target} {version}\r\nHost: x\r\n'
+    for h in headers:
+        head += h + '\r\n'
+    if body and not any(h.lower().startswith(('content-length', 'transfer-encoding'))
+                        for h in headers):
+        head += f'Content-Length: {len(body)}\r\n'
+    return head.encode() + b'\r\n' + (body if isinstance(body, bytes) else body.encode())
+
+
+CHUNKED = ('Transfer-Encoding: chunked',)
+http = [
+    ('get_file', NOAUTH, req('GET', '/v1/files/file')),
+    ('get_dir', NOAUTH, req('GET', '/v1/files/dir')),
+    ('get_range', NOAUTH, req('GET', '/v1/files/file', ['Range: bytes=1-3'])),
+    ('get_range_past', NOAUTH, req('GET', '/v1/files/file', ['Range: bytes=100-'])),
+    ('head_file', NOAUTH, req('HEAD', '/v1/files/file') + req('GET', '/v1/health')),
+    ('head_missing', NOAUTH, req('HEAD', '/v1/files/nope') + req('GET', '/v1/files/nope')),
+    ('get_dotdot', NOAUTH, req('GET', '/v1/files/../secret')),
+    ('get_escaped_dotdot', NOAUTH, req('GET', '/v1/files/%2e%2e/secret')),
+    ('get_nul', NOAUTH, req('GET', '/v1/files/file%00.txt')),
+    ('get_up_link', SMALL_WRITES, req('GET', '/v1/files/up/secret')),
+    ('get_abs_link', NOAUTH, req('GET', '/v1/files/abs/')),
+    ('get_tar', NOAUTH, req('GET', '/v1/files/dir?archive=tar')),
+    ('stat', NOAUTH, req('GET', '/v1/stat/dotdot')),
+    ('put', SMALL_WRITES, req('PUT', '/v1/files/new/file?mode=0600', body='hello')),
+    ('put_chunked', NOAUTH, req('PUT', '/v1/files/c', CHUNKED, b'5\r\nhello\r\n0\r\n\r\n')),
+    ('put_chunked_cut', NOAUTH, req('PUT', '/v1/files/c', CHUNKED, b'5\r\nhel')),
+    ('put_chunked_bad', NOAUTH, req('PUT', '/v1/files/c', CHUNKED, b'zz\r\nhello\r\n0\r\n\r\n')),
+    ('put_cut', NOAUTH, req('PUT', '/v1/files/c', ['Content-Length: 100'], b'only some')),
+    ('put_abs', NOAUTH, req('PUT', '/v1/files/abs/escape', body='x')),
+    ('put_dir', NOAUTH, req('PUT', '/v1/files/dir', body='x')),
+    ('put_mode_bad', NOAUTH, req('PUT', '/v1/files/m?mode=9999', body='x')),
+    ('put_multipart', NOAUTH, req('PUT', '/v1/files/mp', [
+        'Content-Type: multipart/form-data; boundary=b'],
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\ndata\r\n--b--\r\n')),
+    ('put_tar_garbage', NOAUTH, req('PUT', '/v1/files/dir?archive=tar', body=b'\0' * 512 + b'x')),
+    ('delete', NOAUTH, req('DELETE', '/v1/files/dir?recursive=true')),
+    ('delete_nonempty', NOAUTH, req('DELETE', '/v1/files/dir')),
+    ('delete_root', NOAUTH, req('DELETE', '/v1/files/?recursive=1')),
+    ('mkdir', NOAUTH, req('PUT', '/v1/dirs/a/b?parents=true')),
+    ('move', NOAUTH, req('POST', '/v1/move', body='{"from":"file","to":"dir/moved"}')),
+    ('move_out', NOAUTH, req('POST', '/v1/move', body='{"from":"file","to":"up/x"}')),
+    ('move_bad_json', NOAUTH, req('POST', '/v1/move', body='{"from":')),
+    ('metadata', NOAUTH, req('GET', '/v1/metadata')),
+    ('metrics', NOAUTH, req('GET', '/metrics')),
+    ('readyz_healthz', NOAUTH, req('GET', '/readyz') + req('GET', '/healthz')),
+    ('method_odd', NOAUTH, req('BREW', '/v1/files/file')),
+    ('method_lower', NOAUTH, req('get', '/v1/files/file')),
+    ('no_route', NOAUTH, req('GET', '/v2/x')),
+    ('http10', NOAUTH, req('GET', '/v1/health', version='HTTP/1.0')),
+    ('http2_version', NOAUTH, req('GET', '/v1/health', version='HTTP/2.0')),
+    ('garbage', NOAUTH, b'\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03'),
+    ('no_host', NOAUTH, b'GET /v1/health HTTP/1.1\r\n\r\n'),
+    ('bare_lf', NOAUTH, b'GET /v1/health HTTP/1.1\nHost: x\n\n'),
+    ('header_space', NOAUTH, b'GET /v1/health HTTP/1.1\r\nHost : x\r\n\r\n'),
+    ('long_header', NOAUTH, req('GET', '/v1/health', ['X: ' + 'a' * 60000])),
+    ('expect_continue', NOAUTH, req('PUT', '/v1/files/e', ['Expect: 100-continue'], 'body')),
+    ('pipelined', SMALL_WRITES, req('PUT', '/v1/files/p', body='1') + req('GET', '/v1/files/p') +
+     req('DELETE', '/v1/files/p') + req('GET', '/v1/files/p')),
+    ('auth_none', AUTH, req('GET', '/v1/files/file')),
+    ('auth_ok', AUTH, req('GET', '/v1/files/file', ['Authorization: Bearer fuzz-token'])),
+    ('auth_wrong', AUTH, req('GET', '/v1/files/file', ['Authorization: Bearer nope'])),
+    ('auth_twice', AUTH, req('GET', '/v1/files/file', ['Authorization: Bearer fuzz-token',
+                                                       'Authorization: Bearer fuzz-token'])),
+    ('auth_expect', AUTH, req('PUT', '/v1/files/e', ['Expect: 100-continue'], 'body')),
+    ('auth_health', AUTH, req('GET', '/v1/health')),
+]
+for name, flags, data in http:
+    write('http_requests', name, bytes([flags]) + data)

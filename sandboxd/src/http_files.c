@@ -291,6 +291,8 @@ static int upload_feed(struct hctx *c, const char *data, size_t n)
 
     if (r->tar)
         return sbx_tar_unpack_write(r->tar, data, n, &r->err);
+    if (!r->w)
+        return sbx_error_set(&r->err, EIO, "no upload open");
     if (r->pp) {
         if (MHD_post_process(r->pp, data, n) != MHD_YES && !r->upload_error)
             return sbx_error_set(&r->err, EINVAL, "invalid multipart body");
@@ -348,8 +350,10 @@ static enum MHD_Result put_file(struct hctx *c)
 
     if (!r->began) {
         r->began = true;
+        /* Refused: answered, or, when not even an answer could be made, the connection is
+         * dropped; either way no byte of the body goes anywhere. */
         if (upload_begin(c) < 0)
-            return MHD_YES;
+            return r->responded ? MHD_YES : MHD_NO;
     }
     if (n == 0)
         return upload_finish(c);

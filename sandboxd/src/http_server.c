@@ -91,7 +91,19 @@ enum MHD_Result http_respond_json(struct hctx *c, unsigned status, json_t *body)
 enum MHD_Result http_respond_error(struct hctx *c, unsigned status, const char *code,
                                    const char *msg)
 {
-    return http_respond_json(c, status, json_pack("{s:s, s:s}", "code", code, "message", msg));
+    json_t *body = json_pack("{s:s, s:s}", "code", code, "message", msg);
+    char safe[512];
+    size_t i;
+
+    if (!body) {
+        /* The message quotes a client's bytes that are not UTF-8, which JSON cannot carry:
+         * they become '?' (an answer without a body would leave the request unanswered). */
+        for (i = 0; msg[i] && i < sizeof(safe) - 1; i++)
+            safe[i] = (unsigned char)msg[i] < 0x80 ? msg[i] : '?';
+        safe[i] = '\0';
+        body = json_pack("{s:s, s:s}", "code", code, "message", safe);
+    }
+    return http_respond_json(c, status, body);
 }
 
 enum MHD_Result http_respond_empty(struct hctx *c, unsigned status)
@@ -477,6 +489,21 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
     h->o = *o;
     h->started = time(NULL);
     h->metadata = build_metadata(o->metadata_prefix);
+    if (o->external) {
+        h->mhd = MHD_start_daemon(
+            MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, h,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_LIMIT, o->max_connections,
+            MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)(128 * 1024), MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_UNESCAPE_CALLBACK, unescape,
+            h, MHD_OPTION_END);
+        if (!h->mhd) {
+            sbx_http_stop(h);
+            return sbx_error_set(err, ENOMEM, "start http server");
+        }
+        *ret = h;
+        return 0;
+    }
     family = parse_addr(o->host, o->port, &ss, &sslen);
     if (family < 0) {
         sbx_http_stop(h);
@@ -501,6 +528,28 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
     info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
     *ret = h;
     return info ? info->port : o->port;
+}
+
+int sbx_http_add_connection(struct sbx_http *h, int fd, struct sbx_error *err)
+{
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+    if (MHD_add_connection(h->mhd, fd, (const struct sockaddr *)&peer, sizeof(peer)) != MHD_YES)
+        return sbx_error_set(err, errno ? errno : EIO, "add http connection");
+    return 0;
+}
+
+void sbx_http_run(struct sbx_http *h)
+{
+    MHD_run(h->mhd);
+}
+
+unsigned sbx_http_connections(struct sbx_http *h)
+{
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+
+    return info ? info->num_connections : 0;
 }
 
 void sbx_http_set_draining(struct sbx_http *h)

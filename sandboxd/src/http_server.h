@@ -28,10 +28,25 @@ struct sbx_http_opts {
      * "Authorization: Bearer <token>"; 401 otherwise. Borrowed; must outlive the server. */
     struct sbx_auth *auth;
     bool metrics_open;
+    /* No listening socket and no threads: the caller hands connections over with
+     * sbx_http_add_connection and drives the server with sbx_http_run (the fuzz target does;
+     * host and port are ignored). */
+    bool external;
 };
 
 /* Binds and starts serving; returns the bound port or -errno. */
 int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct sbx_error *err);
+
+/* With opts.external: serves the connected socket fd (taken, even on failure) as if accepted
+ * from a loopback client. Returns 0 or -errno. */
+int sbx_http_add_connection(struct sbx_http *h, int fd, struct sbx_error *err);
+
+/* With opts.external: does whatever reading, answering and writing can be done now, without
+ * waiting. */
+void sbx_http_run(struct sbx_http *h);
+
+/* Connections open now. */
+unsigned sbx_http_connections(struct sbx_http *h);
 
 /* From now on /v1/health and /readyz answer 503. */
 void sbx_http_set_draining(struct sbx_http *h);

@@ -185,7 +185,9 @@ static int pack_file(struct sbx_tar_pack *p, int dirfd, const char *name, struct
     r = queue_header(p, '0', &st, NULL, err);
     if (r < 0)
         return r;
-    p->fd = TAKE_FD(fd);
+    /* An empty file has no data to read: its fd would never be closed by pack_data. */
+    if (st.st_size > 0)
+        p->fd = TAKE_FD(fd);
     p->data_left = (uint64_t)st.st_size;
     p->zeros = pad_of(p->data_left);
     return 1;
