@@ -26,8 +26,8 @@ CC=clang cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAN
   >/dev/null
 ninja -C "$BUILD" -j2 "${@/#/fuzz_}"
 
-# dir NAME: the directory of target NAME's sources and corpus.
-dir() {
+# target_dir NAME: the directory of target NAME's sources and corpus.
+target_dir() {
   if [ -f "controller/fuzz/fuzz_$1.c" ]; then echo controller/fuzz; else echo sandboxd/fuzz; fi
 }
 
@@ -51,7 +51,7 @@ for name in "$@"; do
   mkdir -p "$work/corpus"
   echo "== fuzz $name for ${secs}s"
   set +e
-  d=$(dir "$name")
+  d=$(target_dir "$name")
   "$BUILD/$d/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" "$d/corpus/$name" \
     2>&1 | tee "$work/log" | grep --line-buffered -E '^(==|#[0-9]+[[:space:]]+(DONE|pulse))|ERROR|check failed|SUMMARY'

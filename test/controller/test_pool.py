@@ -300,3 +300,22 @@ def test_replenish_delay_defers_the_refill(cluster, namespace, start_controller)
                WAIT, interval=0.1, what="a deferred refill")
     assert len(owned_by(k, namespace, "SandboxWarmPool", "p")) == 2, "refilled despite the delay"
     wait_pool_ready(k, namespace, "p", 3, timeout=60)
+
+
+def test_claim_cannot_move_its_pod_out_of_the_templates_policy(cluster, namespace, controller):
+    """The template's label (its NetworkPolicy selects its sandboxes' pods by it) is not a claim's
+    to change through additionalPodMetadata; the claim's other labels are applied."""
+    label = "agents.x-k8s.io/sandbox-template-ref-hash"
+    k = cluster.admin
+    template(k, namespace, "fenced2")
+    pool(k, namespace, "fp2", 1, tpl="fenced2")
+    wait_pool_ready(k, namespace, "fp2", 1)
+    claim(k, namespace, "mover", "fp2",
+          additionalPodMetadata={"labels": {"team": "b", label: "elsewhere"}})
+    wait_claim_ready(k, namespace, "mover")
+    warm = owned_by(k, namespace, "SandboxWarmPool", "fp2")
+    warm_pod = wait_until(lambda: warm and k.find("v1", "Pod", namespace, warm[0]["metadata"]["name"]),
+                          WAIT, what="a warm pod of the template")
+    pod = k.get("v1", "Pod", namespace, "mover")
+    assert pod["metadata"]["labels"]["team"] == "b"
+    assert pod["metadata"]["labels"][label] == warm_pod["metadata"]["labels"][label] != "elsewhere"

@@ -71,6 +71,19 @@ def test_controller_has_only_its_rights(cluster):
     assert e.value.status == 403
 
 
+def test_null_fields_keep_our_defaults(cluster, namespace, controller):
+    """A pod template's nulls (the API server keeps them in the schema-less pod spec) do not undo
+    the injection: no service account token, our runtime class, sandboxd's probes."""
+    k = cluster.admin
+    main = {"name": "main", "image": "debian:12", "command": ["sleep", "inf"], "readinessProbe": None}
+    k.create(sandbox("sbnull", namespace, pod_spec={"containers": [main], "runtimeClassName": None,
+                                                    "automountServiceAccountToken": None}))
+    pod = wait_until(lambda: k.find("v1", "Pod", namespace, "sbnull"), WAIT, what="pod sbnull")
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["runtimeClassName"] == RUNTIME_CLASS
+    assert pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
 def test_sandbox_becomes_injected_pod(cluster, namespace, controller):
     k = cluster.admin
     k.create(sandbox("sb1", namespace))
