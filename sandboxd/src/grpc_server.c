@@ -14,6 +14,7 @@
 #include "auth.h"
 #include "cleanup.h"
 #include "log.h"
+#include "utf8.h"
 #include "metrics.h"
 #include "pb_check.h"
 
@@ -118,33 +119,7 @@ ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDe
 
 bool sbx_grpc_utf8_valid(const char *s)
 {
-    const unsigned char *p = (const unsigned char *)s;
-
-    while (*p) {
-        unsigned c = *p, n, min, cp;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1, min = 0x80, cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2, min = 0x800, cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3, min = 0x10000, cp = c & 0x07;
-        } else {
-            return false;
-        }
-        for (unsigned i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        p += n + 1;
-    }
-    return true;
+    return sbx_utf8_valid(s);
 }
 
 grpc_byte_buffer *sbx_grpc_pack(const ProtobufCMessage *m)

@@ -15,6 +15,7 @@
 #include "http_args.h"
 #include "http_internal.h"
 #include "metrics.h"
+#include "utf8.h"
 #include "tar.h"
 
 #define MAX_JSON_BODY (64 * 1024)
@@ -34,14 +35,45 @@ static const char *type_name(mode_t m)
     return S_ISDIR(m) ? "directory" : "file";
 }
 
+/* Sets obj[key] to the name s (a file name: any bytes but NUL). JSON carries only UTF-8: bytes
+ * that are not become U+FFFD there, as the reference's encoder writes them, and obj[key_base64]
+ * carries the exact bytes, so that a client can still name the file (percent-encoding them). */
+static void set_name(json_t *obj, const char *key, const char *prefix, const char *s)
+{
+    _cleanup_free_ char *full = NULL, *clean = NULL;
+    char b64key[64];
+
+    if (!obj || asprintf(&full, "%s%s", prefix, s) < 0) {
+        full = NULL;
+        return;
+    }
+    if (sbx_utf8_valid(full)) {
+        json_object_set_new(obj, key, json_string(full));
+        return;
+    }
+    clean = sbx_utf8_sanitize(full);
+    if (clean)
+        json_object_set_new(obj, key, json_string(clean));
+    size_t n = strlen(full);
+    _cleanup_free_ unsigned char *b64 = malloc(4 * ((n + 2) / 3) + 1);
+    if (!b64)
+        return;
+    EVP_EncodeBlock(b64, (const unsigned char *)full, (int)n);
+    snprintf(b64key, sizeof(b64key), "%s_base64", key);
+    json_object_set_new(obj, b64key, json_string((const char *)b64));
+}
+
 static json_t *entry_json(const char *name, const struct stat *st)
 {
     char when[32], mode[8];
+    json_t *j;
 
     http_format_time(st->st_mtim.tv_sec, when);
     snprintf(mode, sizeof(mode), "%04o", (unsigned)(st->st_mode & 0777)); /* as the reference */
-    return json_pack("{s:s, s:I, s:s, s:s, s:s}", "name", name, "size", (json_int_t)st->st_size,
-                     "type", type_name(st->st_mode), "modified_at", when, "mode", mode);
+    j = json_pack("{s:I, s:s, s:s, s:s}", "size", (json_int_t)st->st_size, "type",
+                  type_name(st->st_mode), "modified_at", when, "mode", mode);
+    set_name(j, "name", "", name);
+    return j;
 }
 
 static enum MHD_Result list_dir(struct hctx *c, int fd)
@@ -58,9 +90,13 @@ static enum MHD_Result list_dir(struct hctx *c, int fd)
     for (size_t i = 0; i < n; i++)
         json_array_append_new(entries, entry_json(e[i].name, &e[i].st));
     sbx_fs_entries_free(e, n);
-    return http_respond_json(c, 200,
-                             json_pack("{s:s+, s:o}", "path", c->path[0] == '/' ? "" : "/", c->path,
-                                       "entries", entries));
+    json_t *j = json_object();
+    set_name(j, "path", c->path[0] == '/' ? "" : "/", c->path);
+    if (j)
+        json_object_set_new(j, "entries", entries);
+    else
+        json_decref(entries);
+    return http_respond_json(c, 200, j);
 }
 
 static ssize_t tar_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -409,12 +445,13 @@ enum MHD_Result http_stat(struct hctx *c)
         return respond_fs_error(c, r, &err);
     http_format_time(st.st_mtim.tv_sec, when);
     snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
-    j = json_pack("{s:s+, s:s, s:s, s:I, s:s, s:I, s:I, s:s}", "path", "/", c->path, "name",
-                  name ? name + 1 : c->path, "type", stat_type(st.st_mode), "size",
+    j = json_pack("{s:s, s:I, s:s, s:I, s:I, s:s}", "type", stat_type(st.st_mode), "size",
                   (json_int_t)st.st_size, "mode", mode, "uid", (json_int_t)st.st_uid, "gid",
                   (json_int_t)st.st_gid, "modified_at", when);
-    if (j && target)
-        json_object_set_new(j, "symlink_target", json_string(target));
+    set_name(j, "path", "/", c->path);
+    set_name(j, "name", "", name ? name + 1 : c->path);
+    if (target)
+        set_name(j, "symlink_target", "", target);
     return http_respond_json(c, 200, j);
 }
 

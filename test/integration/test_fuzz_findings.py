@@ -151,3 +151,36 @@ def test_tar_download_of_empty_files_leaks_no_fd(sandboxd):
         with tarfile.open(fileobj=io.BytesIO(r.body)) as t:
             assert len(t.getnames()) >= 41
     assert fds() <= before + 2, (before, fds())  # not 3 x 40
+
+
+def test_names_not_utf8_are_listed_and_stated(sandboxd, client):
+    # A file whose name is not UTF-8 (any process may make one) left its listing and its stat
+    # unanswered: the JSON could not be made and the connection was dropped. Now the name shows
+    # with U+FFFD for such bytes (as Go's encoder writes them) and name_base64 holds the bytes.
+    import base64
+    import json
+    raw = b"caf\xe9-\xff.txt"
+    d = sandboxd.root / "latin1"
+    d.mkdir()
+    with open(os.path.join(os.fsencode(d), raw), "wb") as f:
+        f.write(b"contents")
+    os.symlink(raw, os.path.join(os.fsencode(d), b"link"))
+    r = http_request(sandboxd.rest_port, "GET", "/v1/files/latin1")
+    assert r.status == 200, r.body
+    by_name = {e["name"]: e for e in json.loads(r.body)["entries"]}
+    e = by_name["caf\ufffd-\ufffd.txt"]
+    assert base64.b64decode(e["name_base64"]) == raw and e["size"] == 8
+    assert "name_base64" not in by_name["link"]
+    quoted = "".join(chr(b) if b < 0x80 else "%%%02X" % b for b in raw)
+    r = http_request(sandboxd.rest_port, "GET", "/v1/stat/latin1/" + quoted)
+    assert r.status == 200, r.body
+    st = json.loads(r.body)
+    assert st["name"] == "caf\ufffd-\ufffd.txt" and base64.b64decode(st["name_base64"]) == raw
+    assert base64.b64decode(st["path_base64"]) == b"/latin1/" + raw
+    r = http_request(sandboxd.rest_port, "GET", "/v1/stat/latin1/link")
+    st = json.loads(r.body)
+    assert r.status == 200 and base64.b64decode(st["symlink_target_base64"]) == raw, st
+    # The bytes name the file: a download by them gets it.
+    r = http_request(sandboxd.rest_port, "GET", "/v1/files/latin1/" + quoted)
+    assert r.status == 200 and r.body == b"contents"
+    assert_still_serving(client)

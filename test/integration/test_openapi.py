@@ -152,7 +152,9 @@ def test_documented_statuses_headers_and_schemas(doc):
         "INSUFFICIENT_STORAGE", "METHOD_NOT_ALLOWED", "INTERNAL", "UNAVAILABLE"}
     assert set(s["FileEntry"]["required"]) == {"name", "size", "type", "modified_at", "mode"}
     assert set(s["Stat"]["properties"]) == {"path", "name", "type", "size", "mode", "uid", "gid",
-                                           "modified_at", "symlink_target"}
+                                           "modified_at", "symlink_target", "path_base64",
+                                           "name_base64", "symlink_target_base64"}
+    assert "name_base64" in s["FileEntry"]["properties"]
     assert set(s["Health"]["required"]) == {"status", "uptime_seconds"}
     assert set(s["MoveRequest"]["properties"]) == {"from", "to", "overwrite"}
 
