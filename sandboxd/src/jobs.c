@@ -88,8 +88,10 @@ static void job_free(void *arg)
     if (job->timer_ok)
         sbx_timer_release(&job->timer);
     sbx_proc_unref(job->proc);
-    /* A timed-out tree dies whole, even when its record goes before the grace is over. */
-    if (job->cg && job->deadline_passed)
+    /* A tree with a deadline dies whole no later than at it: when its record goes first (a
+     * Remove, a Run answered, the oldest exited trimmed) or before the grace is over, what the
+     * process left in its cgroup dies now, not never. */
+    if (job->cg && (job->deadline_passed || job->timeout_ms))
         (void)sbx_cgroup_signal(job->cg, SIGKILL);
     sbx_cgroup_free(job->cg);
     for (int i = 0; i < 2; i++)

@@ -541,3 +541,21 @@ def test_leftovers_stay_within_limits(sandboxd, procs, leftovers):
     # The daemon sweeps empty cgroups a little after its processes end.
     sandboxd.client().execute(["true"])
     wait_until(lambda: not cg.exists(), 40, interval=0.2, what="the empty cgroup removed")
+
+
+def test_remove_before_the_deadline_ends_the_leftovers(sandboxd, procs, leftovers):
+    # A process with a timeout left a background job in its cgroup and exited; removing its
+    # record before the deadline ends what it left (its deadline would otherwise be forgotten
+    # and the job live on). Without a timeout, what it left is its own business.
+    cgroups_or_skip(sandboxd)
+    p = procs.spawn(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"], timeout_ms=600000)
+    procs.wait(p.id)
+    kept = procs.spawn(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"])
+    procs.wait(kept.id)
+    sleeper, free = int(procs.attach(p.id)[0]), int(procs.attach(kept.id)[0])
+    leftovers.add(sleeper, free)
+    procs.remove(p.id)
+    procs.remove(kept.id)
+    wait_until(lambda: pid_gone(sleeper), 10, what="the leftover of the removed job ended")
+    time.sleep(0.5)
+    assert not pid_gone(free), "a leftover without a deadline was killed"
