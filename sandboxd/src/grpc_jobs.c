@@ -517,10 +517,7 @@ static void handle_write_stdin(struct sbx_grpc_req *req)
                                      : "process %d has no stdin (spawn it with stdin)",
                            r->id);
     } else if (r->eof) {
-        if (r->data.len)
-            rc = sbx_proc_write(p, r->data.data, r->data.len, NULL, NULL, &e);
-        if (rc == 0)
-            rc = sbx_proc_close_stdin(p, stdin_written, req, &e);
+        rc = sbx_proc_write_close(p, r->data.data, r->data.len, stdin_written, req, &e);
     } else {
         rc = sbx_proc_write(p, r->data.data, r->data.len, stdin_written, req, &e);
     }

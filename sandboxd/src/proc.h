@@ -134,3 +134,7 @@ int sbx_proc_write(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write
 /* Closes stdin after queued writes (for a pty: sends the EOF character). */
 int sbx_proc_close_stdin(struct sbx_proc *p, sbx_write_done_fn done, void *data,
                          struct sbx_error *err);
+/* Writes buf, then closes stdin, queued together: a process that exits in between fails both
+ * (done gets -EPIPE), never the close alone after the data went in. */
+int sbx_proc_write_close(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
+                         void *data, struct sbx_error *err);

@@ -1,6 +1,7 @@
 /* Writing to a process's stdin: queued, in order, without ever blocking the caller. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,28 +88,47 @@ void proc_on_writable(struct sbx_watch *w, uint32_t events)
     proc_complete_writes(failed, result);
 }
 
-static int enqueue(struct sbx_proc *p, const uint8_t *buf, size_t len, bool close,
-                   sbx_write_done_fn done, void *data, struct sbx_error *err)
+static struct wreq *wreq_new(const uint8_t *buf, size_t len, bool close, sbx_write_done_fn done,
+                             void *data)
 {
-    struct wreq *w = malloc(sizeof(*w) + len), *completed, *failed = NULL;
-    int result;
+    struct wreq *w = malloc(sizeof(*w) + len);
 
     if (!w)
-        return sbx_error_set(err, ENOMEM, "allocate stdin buffer");
+        return NULL;
     *w = (struct wreq){.len = len, .close = close, .done = done, .data = data};
     if (len)
         memcpy(w->buf, buf, len);
+    return w;
+}
+
+/* Queues len bytes (when len) and then the close (when close), under one hold of the lock: a
+ * process that exits meanwhile fails them together. done runs once, for the last of them. */
+static int enqueue(struct sbx_proc *p, const uint8_t *buf, size_t len, bool close,
+                   sbx_write_done_fn done, void *data, struct sbx_error *err)
+{
+    bool both = len && close;
+    struct wreq *w = wreq_new(buf, len, close && !both, both ? NULL : done, both ? NULL : data);
+    struct wreq *c = both ? wreq_new(NULL, 0, true, done, data) : NULL, *completed, *failed = NULL;
+    int result;
+
+    if (!w || (both && !c)) {
+        free(w);
+        free(c);
+        return sbx_error_set(err, ENOMEM, "allocate stdin buffer");
+    }
+    w->next = c;
     pthread_mutex_lock(&p->lock);
     if (p->in.fd < 0) {
         pthread_mutex_unlock(&p->lock);
         free(w);
+        free(c);
         return sbx_error_set(err, EPIPE, "stdin of process %d is closed", p->id);
     }
     if (p->wq_tail)
         p->wq_tail->next = w;
     else
         p->wq_head = w;
-    p->wq_tail = w;
+    p->wq_tail = c ? c : w;
     completed = flush_locked(p, &result);
     if (result < 0) {
         failed = proc_take_writes_locked(p);
@@ -130,4 +150,10 @@ int sbx_proc_close_stdin(struct sbx_proc *p, sbx_write_done_fn done, void *data,
                          struct sbx_error *err)
 {
     return enqueue(p, NULL, 0, true, done, data, err);
+}
+
+int sbx_proc_write_close(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
+                         void *data, struct sbx_error *err)
+{
+    return enqueue(p, buf, len, true, done, data, err);
 }
