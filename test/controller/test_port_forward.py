@@ -1,0 +1,88 @@
+"""Connecting to a claimed sandbox through a port-forward, as from a laptop outside the cluster:
+the SDK opens local listeners that reach the pod's sandboxd ports through the API server's
+pods/portforward subresource. The API server dials the kubelet of the pod's Node, here kwok's
+kubelet server (conftest.py: Nodes at 127.0.0.1 with kwok's port as their kubelet endpoint),
+which forwards each port as a PortForward object says: to the real sandboxd on loopback.
+
+That the bytes went through the API server and kwok, not to the pod IP, is checked from the
+client's side (it dials only its own listeners) and from kwok's PortForward being the only way
+from the pod's ports to sandboxd: the pod's ports are not sandboxd's."""
+
+import json
+
+from conftest import free_port
+from test_sdk_lifecycle import LOOPBACK, Site, go_bins, run, sdk_python  # noqa: F401 (fixtures)
+from test_pool import EXT, pool, wait_pool_ready, owned_by
+
+import pytest
+
+
+@pytest.fixture
+def site(cluster, namespace, start_controller, tmp_path):
+    """A Site whose pods advertise ports nothing listens on: only kwok's forward reaches
+    sandboxd (which listens on ports of its own)."""
+    s = Site.__new__(Site)
+    s.k, s.ns, s.dir = cluster.admin, namespace, tmp_path
+    s.kubeconfig = str(cluster.kubeconfigs["admin"])
+    s.pod_grpc, s.pod_rest = free_port(), free_port()
+    s.grpc_port, s.rest_port = free_port(), free_port()
+    s.controller = start_controller(f"--sandboxd-grpc-port={s.pod_grpc}",
+                                    f"--sandboxd-rest-port={s.pod_rest}")
+    s.daemon = None
+    s.k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "tpl", "namespace": namespace},
+                "spec": {"podTemplate": {"metadata": {"labels": dict(LOOPBACK)}, "spec": {
+                    "containers": [{"name": "main", "image": "debian:12", "command": ["sleep", "infinity"]}]}}}})
+    pool(s.k, namespace, "p", 1)
+    yield s
+    s.stop()
+
+
+def forward_warm(site):
+    """Serves the warm sandbox and tells kwok to forward its pod's ports to that sandboxd."""
+    wait_pool_ready(site.k, site.ns, "p", 1)
+    warm = owned_by(site.k, site.ns, "SandboxWarmPool", "p")[0]["metadata"]["name"]
+    site.serve(site.token_of(warm))
+    target = "127.0.0.1"
+    site.k.create({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
+                   "metadata": {"name": warm, "namespace": site.ns},
+                   "spec": {"forwards": [
+                       {"ports": [site.pod_grpc], "target": {"address": target, "port": site.grpc_port}},
+                       {"ports": [site.pod_rest], "target": {"address": target, "port": site.rest_port}},
+                   ]}})
+    return warm
+
+
+PY = r"""
+import json, os, sys
+from sandboxd.k8s import SandboxClient
+
+out = {}
+with SandboxClient(connect=sys.argv[1]) as client:  # $KUBECONFIG, $SANDBOX_NAMESPACE unused
+    client.namespace = os.environ["SANDBOX_NAMESPACE"]
+    with client.claim("p", timeout=60) as sb:
+        out["sandbox"] = sb.sandbox_name
+        out["pod_ports"] = [sb.grpc_port, sb.rest_port]
+        out["local_ports"] = [f.port for f in sb.forwarders]
+        out["run"] = sb.processes.run("echo $((6 * 7))", seccomp="off").stdout.decode()
+        sb.files.write_bytes("up.txt", b"through the API server\n")
+        out["read"] = sb.files.read_bytes("up.txt").decode()
+        out["stat"] = sb.files.stat("up.txt").size
+print(json.dumps(out))
+"""
+
+
+def test_python_claim_through_port_forward(site, sdk_python):
+    warm = forward_warm(site)
+    # The pod IP (127.0.0.1) answers nothing at the pod's ports: "auto" falls back too.
+    p = run([str(sdk_python), "-c", PY, "auto"], site.env(), timeout=120)
+    out = json.loads(p.stdout)
+    assert out["sandbox"] == warm
+    assert out["pod_ports"] == [site.pod_grpc, site.pod_rest]
+    assert len(out["local_ports"]) == 2
+    assert not set(out["local_ports"]) & {site.grpc_port, site.rest_port, site.pod_grpc, site.pod_rest}
+    assert out["run"] == "42\n"
+    assert out["read"] == "through the API server\n"
+    assert out["stat"] == len("through the API server\n")
+    assert (site.dir / "root" / "up.txt").read_text() == "through the API server\n"
+    assert site.claims() == []
+    site.wait_gone(warm)
