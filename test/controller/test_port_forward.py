@@ -86,3 +86,37 @@ def test_python_claim_through_port_forward(site, sdk_python):
     assert (site.dir / "root" / "up.txt").read_text() == "through the API server\n"
     assert site.claims() == []
     site.wait_gone(warm)
+
+
+def test_go_claim_through_port_forward(site, go_bins):
+    warm = forward_warm(site)
+    p = run([str(go_bins / "k8s.test"), "-test.v", "-test.count=1", "-test.run", "^TestPortForward$"],
+            site.env(SBX_TEST_POOL="p", SBX_TEST_WARM=warm, SBX_TEST_PORT_FORWARD="1"), timeout=120)
+    assert "--- PASS: TestPortForward" in p.stdout and "SKIP" not in p.stdout, p.stdout
+    assert (site.dir / "root" / "go.txt").read_text() == "from go\n"
+    assert site.claims() == []
+
+
+def test_sbx_through_port_forward(site, go_bins, tmp_path):
+    warm = forward_warm(site)
+    sbx = str(go_bins / "sbx")
+    env = site.env()
+    flags = ["--namespace", site.ns]
+    c = json.loads(run([sbx, "claim", "--pool", "p", "--wait", "--output", "json", *flags], env).stdout)
+    assert (c["sandbox"], c["grpc_port"]) == (warm, site.pod_grpc)
+    name = c["name"]
+    flags += ["--sandbox", name]
+    p = run([sbx, "exec", *flags, "--connect", "port-forward", "--", "sh", "-c", "echo hi; exit 3"],
+            env, ok=False)
+    assert (p.returncode, p.stdout) == (3, "hi\n"), p.stderr
+    local = tmp_path / "up.txt"
+    local.write_text("sbx through the API server\n")
+    run([sbx, "cp", *flags, str(local), ":sbx.txt"], env)  # "auto": the pod IP does not answer
+    assert (site.dir / "root" / "sbx.txt").read_text() == "sbx through the API server\n"
+    run([sbx, "cp", *flags, "--connect", "port-forward", ":sbx.txt", str(tmp_path / "down.txt")], env)
+    assert (tmp_path / "down.txt").read_text() == "sbx through the API server\n"
+    p = run([sbx, "exec", *flags, "--connect", "ssh", "--", "true"], env, ok=False)
+    assert p.returncode == 1 and "connect must be" in p.stderr, p.stderr
+    run([sbx, "release", "--namespace", site.ns, name], env)
+    assert site.claims() == []
+    site.wait_gone(warm)
