@@ -252,7 +252,7 @@ def load_manifests():
 def established(c, crd):
     obj = c.admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, crd)
     return any(cond["type"] == "Established" and cond["status"] == "True"
-               for cond in obj.get("status", {}).get("conditions", []))
+               for cond in (obj.get("status") or {}).get("conditions") or [])
 
 
 def start_cluster(d):

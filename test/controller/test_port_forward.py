@@ -53,12 +53,14 @@ def forward_warm(site):
 
 
 PY = r"""
-import json, os, sys
-from sandboxd.k8s import SandboxClient
+import asyncio, json, os, sys
+from sandboxd import errors
+from sandboxd.k8s import AsyncSandboxClient, SandboxClient
+from sandboxd.portforward import Forwarder
 
+ns = os.environ["SANDBOX_NAMESPACE"]
 out = {}
-with SandboxClient(connect=sys.argv[1]) as client:  # $KUBECONFIG, $SANDBOX_NAMESPACE unused
-    client.namespace = os.environ["SANDBOX_NAMESPACE"]
+with SandboxClient(ns, connect=sys.argv[1]) as client:  # $KUBECONFIG
     with client.claim("p", timeout=60) as sb:
         out["sandbox"] = sb.sandbox_name
         out["pod_ports"] = [sb.grpc_port, sb.rest_port]
@@ -67,6 +69,25 @@ with SandboxClient(connect=sys.argv[1]) as client:  # $KUBECONFIG, $SANDBOX_NAME
         sb.files.write_bytes("up.txt", b"through the API server\n")
         out["read"] = sb.files.read_bytes("up.txt").decode()
         out["stat"] = sb.files.stat("up.txt").size
+
+        async def aio():  # the same claim (not its own), through a port-forward of its own
+            async with AsyncSandboxClient(ns, connect="port-forward") as ac:
+                async with await ac.get(sb.name) as asb:
+                    out["aio"] = [len(asb.forwarders), (await asb.run("echo aio")).stdout.decode()]
+                out["aio_closed"] = asb.forwarders
+        asyncio.run(aio())
+    out["closed"] = sb.forwarders
+    try:
+        Forwarder(client.api_client, ns, "no-such-pod", 1).open_stream()
+    except errors.NotFoundError as e:
+        out["no_pod"] = e.message
+    # The pool's next sandbox: kwok forwards nothing of its pod, each stream ends at once.
+    with client.claim("p", timeout=60) as sb:
+        try:
+            sb.run("true")
+            out["unforwarded"] = "ran"
+        except errors.UnavailableError as e:
+            out["unforwarded"] = e.code
 print(json.dumps(out))
 """
 
@@ -84,6 +105,9 @@ def test_python_claim_through_port_forward(site, sdk_python):
     assert out["read"] == "through the API server\n"
     assert out["stat"] == len("through the API server\n")
     assert (site.dir / "root" / "up.txt").read_text() == "through the API server\n"
+    assert out["aio"] == [2, "aio\n"] and out["aio_closed"] == [] and out["closed"] == []
+    assert out["no_pod"].endswith('pods "no-such-pod" not found'), out["no_pod"]
+    assert out["unforwarded"] == "UNAVAILABLE"
     assert site.claims() == []
     site.wait_gone(warm)
 
@@ -113,7 +137,8 @@ def test_sbx_through_port_forward(site, go_bins, tmp_path):
     local.write_text("sbx through the API server\n")
     run([sbx, "cp", *flags, str(local), ":sbx.txt"], env)  # "auto": the pod IP does not answer
     assert (site.dir / "root" / "sbx.txt").read_text() == "sbx through the API server\n"
-    run([sbx, "cp", *flags, "--connect", "port-forward", ":sbx.txt", str(tmp_path / "down.txt")], env)
+    p = run([sbx, "cp", *flags, "--connect", "port-forward", ":sbx.txt", str(tmp_path / "down.txt")], env)
+    assert p.stderr == "", p.stderr  # client-go's own logging is not sbx's output
     assert (tmp_path / "down.txt").read_text() == "sbx through the API server\n"
     p = run([sbx, "exec", *flags, "--connect", "ssh", "--", "true"], env, ok=False)
     assert p.returncode == 1 and "connect must be" in p.stderr, p.stderr

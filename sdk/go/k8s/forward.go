@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -62,6 +64,11 @@ func (f *Forward) Close() {
 // PortForward opens local listeners for the sandbox's pod's gRPC and REST ports through the
 // API server (needs the pods/portforward right). ctx bounds the set-up.
 func (l *Lease) PortForward(ctx context.Context) (*Forward, error) {
+	// The upgrade's refusal comes back as text; a pod that is gone is a typed NotFound here
+	// (a client that may not read pods goes on and learns from the upgrade).
+	if _, err := l.c.get(ctx, pods, l.Sandbox); err != nil && !errors.Is(err, sandboxd.ErrPermissionDenied) {
+		return nil, err
+	}
 	rc := l.c.rest
 	transport, upgrader, err := spdy.RoundTripperFor(rc)
 	if err != nil {
@@ -85,6 +92,9 @@ func (l *Lease) PortForward(ctx context.Context) (*Forward, error) {
 	select {
 	case <-ready:
 	case err := <-f.done:
+		if strings.Contains(err.Error(), " is forbidden: ") {
+			return nil, &sandboxd.Error{Code: "PERMISSION_DENIED", Message: what + ": " + err.Error()}
+		}
 		return nil, apiError(what, err)
 	case <-ctx.Done():
 		close(f.stop)

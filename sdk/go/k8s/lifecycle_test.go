@@ -133,4 +133,16 @@ func TestPortForward(t *testing.T) {
 	if err := lease.WaitDeleted(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Once the controller has deleted the pod, a port-forward to it is NotFound.
+	for {
+		f, err := lease.PortForward(ctx)
+		if errors.Is(err, sandboxd.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("a port-forward to a deleted pod: %v", err)
+		}
+		f.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 	"github.com/sandboxd/sandboxd/sdk/go/k8s"
@@ -53,6 +56,10 @@ func (g *globals) resolveSandbox() error {
 	if err := l.WaitReady(ctx); err != nil {
 		return err
 	}
+	// client-go logs the end of each forwarded connection through klog; sbx reports its own
+	// errors.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 	host, grpcPort, restPort, err := l.Endpoint(ctx)
 	if err != nil {
 		return err

@@ -8,14 +8,34 @@ Connections are bounded in number; close() stops the listener and every connecti
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import threading
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Type
 
 from . import errors
 
 MAX_CONNECTIONS = 64
 CHUNK = 64 * 1024
+_STATUS_ERRORS = {401: errors.UnauthenticatedError, 403: errors.PermissionDeniedError,
+                  404: errors.NotFoundError}
+
+
+def _stream_error(what: str, e: Exception) -> errors.SandboxError:
+    """The API server's refusal of the stream as a typed error with its message (the
+    WebSocket handshake reports "Handshake status 403 Forbidden -+-+- headers -+-+- body")."""
+    text = str(getattr(e, "reason", None) or e)
+    m = re.search(r"Handshake status (\d{3})", text)
+    cls: Type[errors.SandboxError] = errors.UnavailableError
+    if m:
+        cls = _STATUS_ERRORS.get(int(m.group(1)), errors.UnavailableError)
+        body = text.rsplit("-+-+-", 1)[-1].strip()
+        try:
+            text = str(json.loads(body).get("message") or text)
+        except (ValueError, AttributeError):
+            text = text.split("-+-+-", 1)[0].strip()
+    return cls(f"{what}: {text}")
 
 
 def _pipe(src: Any, dst: Any) -> None:
@@ -69,9 +89,8 @@ class Forwarder:
                                        self.pod, self.namespace, ports=str(self.remote_port),
                                        _request_timeout=self.timeout)
             except Exception as e:  # ApiException, WebSocket handshake errors, OSError
-                raise errors.UnavailableError(
-                    f"port-forward to pod {self.namespace}/{self.pod}:{self.remote_port}: "
-                    f"{getattr(e, 'reason', None) or e}") from None
+                raise _stream_error(f"port-forward to pod {self.namespace}/{self.pod}:"
+                                    f"{self.remote_port}", e) from None
         return pf.socket(self.remote_port)
 
     def _accept(self) -> None:
