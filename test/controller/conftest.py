@@ -2,7 +2,8 @@
 
 The session starts etcd, kube-apiserver (token auth file, RBAC authorization, a service-account
 signing key, TLS from a CA made here), kube-scheduler and kwok (which plays the kubelet of fake
-Nodes, so scheduled Pods become Running with IPs). Every port is picked free on 127.0.0.1; every
+Nodes, so scheduled Pods become Running with IPs, and serves their kubelet API on loopback for
+pods/portforward). Every port is picked free on 127.0.0.1; every
 wait is bounded; every process is stopped at the end. The controller runs as its service account
 with exactly the rights its manifests (controller/config) grant.
 

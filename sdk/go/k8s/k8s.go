@@ -11,7 +11,9 @@
 //
 // The address is the pod IP of the Sandbox status and the ports the pod's sandboxd-grpc and
 // sandboxd-http container ports (the controller's --sandboxd-grpc-port/--sandboxd-rest-port);
-// the token is in the Secret "<sandbox>-sandboxd-token" the controller made. Errors of the
+// the token is in the Secret "<sandbox>-sandboxd-token" the controller made. Config.Connect
+// says how to reach it: the pod IP, or from outside the cluster local ports forwarded through
+// the API server (pods/portforward); by default the pod IP when it answers. Errors of the
 // API are *sandboxd.Error values (errors.Is(err, sandboxd.ErrNotFound), ...).
 package k8s
 
