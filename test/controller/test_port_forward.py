@@ -10,38 +10,23 @@ from the pod's ports to sandboxd: the pod's ports are not sandboxd's."""
 
 import json
 
-from conftest import free_port
-from test_sdk_lifecycle import LOOPBACK, Site, go_bins, run, sdk_python  # noqa: F401 (fixtures)
-from test_pool import EXT, pool, wait_pool_ready, owned_by
-
 import pytest
+
+from test_sdk_lifecycle import Site, go_bins, run, sdk_python  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
 def site(cluster, namespace, start_controller, tmp_path):
     """A Site whose pods advertise ports nothing listens on: only kwok's forward reaches
     sandboxd (which listens on ports of its own)."""
-    s = Site.__new__(Site)
-    s.k, s.ns, s.dir = cluster.admin, namespace, tmp_path
-    s.kubeconfig = str(cluster.kubeconfigs["admin"])
-    s.pod_grpc, s.pod_rest = free_port(), free_port()
-    s.grpc_port, s.rest_port = free_port(), free_port()
-    s.controller = start_controller(f"--sandboxd-grpc-port={s.pod_grpc}",
-                                    f"--sandboxd-rest-port={s.pod_rest}")
-    s.daemon = None
-    s.k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "tpl", "namespace": namespace},
-                "spec": {"podTemplate": {"metadata": {"labels": dict(LOOPBACK)}, "spec": {
-                    "containers": [{"name": "main", "image": "debian:12", "command": ["sleep", "infinity"]}]}}}})
-    pool(s.k, namespace, "p", 1)
+    s = Site(cluster, namespace, start_controller, tmp_path, pod_ports=True)
     yield s
     s.stop()
 
 
 def forward_warm(site):
     """Serves the warm sandbox and tells kwok to forward its pod's ports to that sandboxd."""
-    wait_pool_ready(site.k, site.ns, "p", 1)
-    warm = owned_by(site.k, site.ns, "SandboxWarmPool", "p")[0]["metadata"]["name"]
-    site.serve(site.token_of(warm))
+    warm = site.serve_warm()
     target = "127.0.0.1"
     site.k.create({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
                    "metadata": {"name": warm, "namespace": site.ns},
