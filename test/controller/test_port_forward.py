@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from test_sdk_lifecycle import Site, go_bins, run, sdk_python  # noqa: F401 (fixtures)
+from test_sdk_lifecycle import MCP, Site, go_bins, run, sdk_python  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -128,5 +128,16 @@ def test_sbx_through_port_forward(site, go_bins, tmp_path):
     p = run([sbx, "exec", *flags, "--connect", "ssh", "--", "true"], env, ok=False)
     assert p.returncode == 1 and "connect must be" in p.stderr, p.stderr
     run([sbx, "release", "--namespace", site.ns, name], env)
+    assert site.claims() == []
+    site.wait_gone(warm)
+
+
+def test_mcp_server_claims_through_port_forward(site, sdk_python):
+    warm = forward_warm(site)
+    out = json.loads(run([str(sdk_python), "-c", MCP, "--namespace", site.ns, "--connect", "port-forward"],
+                         site.env(), timeout=120).stdout)
+    assert out["claim"]["sandbox"] == warm
+    assert (out["run"]["exit_code"], out["run"]["stdout"]) == (0, "from cat\n")
+    assert out["release"]["sandbox"] == warm
     assert site.claims() == []
     site.wait_gone(warm)

@@ -271,6 +271,7 @@ class SandboxLease:
         self.sandbox: Optional[Sandbox] = None
         self._resolved = False  # ports and token read since the last Ready
         self.forwarders: List[Forwarder] = []  # open while connected through a port-forward
+        self.endpoint: Optional[Tuple[str, int, int]] = None  # what address() returned last
 
     def _object(self) -> Dict[str, Any]:
         if self.kind == "SandboxClaim":
@@ -355,7 +356,8 @@ class SandboxLease:
             in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
             mode = "pod-ip" if in_pod or self._pod_ip_answers() else "port-forward"
         if mode == "pod-ip":
-            return str(self.pod_ip), self.grpc_port, self.rest_port
+            self.endpoint = (str(self.pod_ip), self.grpc_port, self.rest_port)
+            return self.endpoint
         self.close_forwards()
         cfg = self.client.api_client.configuration
         try:
@@ -367,7 +369,8 @@ class SandboxLease:
         except BaseException:
             self.close_forwards()
             raise
-        return "127.0.0.1", self.forwarders[0].port, self.forwarders[1].port
+        self.endpoint = ("127.0.0.1", self.forwarders[0].port, self.forwarders[1].port)
+        return self.endpoint
 
     def close_forwards(self) -> None:
         for f in self.forwarders:
