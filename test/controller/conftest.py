@@ -2,7 +2,8 @@
 
 The session starts etcd, kube-apiserver (token auth file, RBAC authorization, a service-account
 signing key, TLS from a CA made here), kube-scheduler and kwok (which plays the kubelet of fake
-Nodes, so scheduled Pods become Running with IPs). Every port is picked free on 127.0.0.1; every
+Nodes, so scheduled Pods become Running with IPs, and serves their kubelet API on loopback for
+pods/portforward). Every port is picked free on 127.0.0.1; every
 wait is bounded; every process is stopped at the end. The controller runs as its service account
 with exactly the rights its manifests (controller/config) grant.
 
@@ -154,7 +155,7 @@ class Cluster:
         ]
         (self.dir / "tokens.csv").write_text("\n".join(rows) + "\n")
         self.etcd_port, self.etcd_peer = free_port(), free_port()
-        self.port = free_port()
+        self.port, self.kwok_port = free_port(), free_port()
         self.server = f"https://127.0.0.1:{self.port}"
         self.ca = self.dir / "ca.crt"
         self.admin = Kube("127.0.0.1", self.port, str(self.ca), self.tokens["admin"])
@@ -188,6 +189,9 @@ class Cluster:
             # No node lifecycle controller runs to lift the not-ready taint this plugin puts on
             # new Nodes; kwok's Nodes are Ready at once.
             "--disable-admission-plugins=TaintNodesByCondition",
+            # pods/portforward reaches kwok's kubelet server at the Nodes' InternalIP; its
+            # self-signed certificate goes unchecked (no --kubelet-certificate-authority).
+            "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false", "--v=0",
         ], d)
 
@@ -219,7 +223,11 @@ class Cluster:
         self.procs["kwok"] = Proc("kwok", [
             str(TOOLS / "kwok"), f"--kubeconfig={self.kubeconfigs['kwok']}",
             "--manage-all-nodes=true", f"--config={HERE / 'kwok-stages.yaml'}",
-            "--cidr=10.0.0.0/16", "--node-ip=10.1.0.1",
+            # kwok's Nodes are at 127.0.0.1 with their kubelet API on kwok's own server, so the
+            # API server's pods/portforward reaches kwok, which forwards as PortForward
+            # objects (kwok-crds.yaml) say.
+            "--cidr=10.0.0.0/16", "--node-ip=127.0.0.1", f"--node-port={self.kwok_port}",
+            f"--server-address=127.0.0.1:{self.kwok_port}", "--enable-crds=PortForward",
         ], self.dir)
 
     def restart_apiserver(self):
@@ -242,6 +250,12 @@ def load_manifests():
     return objs
 
 
+def established(c, crd):
+    obj = c.admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, crd)
+    return any(cond["type"] == "Established" and cond["status"] == "True"
+               for cond in (obj.get("status") or {}).get("conditions") or [])
+
+
 def start_cluster(d):
     """Starts the control plane in directory d, applies the manifests, a RuntimeClass and the
     kwok Nodes, and returns the Cluster (stop it when done; on failure it is stopped here)."""
@@ -251,17 +265,17 @@ def start_cluster(d):
         c.start_apiserver()
         c.wait_ready()
         c.start_scheduler()
+        for obj in yaml.safe_load_all((HERE / "kwok-crds.yaml").read_text()):
+            c.admin.apply(obj)
+        wait_until(lambda: established(c, "portforwards.kwok.x-k8s.io"), 30,
+                   what="CRD portforwards.kwok.x-k8s.io established")
         c.start_kwok()
         for obj in load_manifests():
             c.admin.apply(obj)
         for crd in ("sandboxes.agents.x-k8s.io", "sandboxtemplates.extensions.agents.x-k8s.io",
                     "sandboxclaims.extensions.agents.x-k8s.io",
                     "sandboxwarmpools.extensions.agents.x-k8s.io"):
-            wait_until(lambda: any(cond["type"] == "Established" and cond["status"] == "True"
-                                   for cond in (c.admin.get("apiextensions.k8s.io/v1",
-                                                            "CustomResourceDefinition", None, crd)
-                                                .get("status", {}).get("conditions", []))),
-                       30, what=f"CRD {crd} established")
+            wait_until(lambda: established(c, crd), 30, what=f"CRD {crd} established")
         c.admin.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                        "metadata": {"name": RUNTIME_CLASS}, "handler": "runsc"})
         for n in NODES:

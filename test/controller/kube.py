@@ -35,6 +35,7 @@ KINDS = {
     ("extensions.agents.x-k8s.io/v1beta1", "SandboxTemplate"): ("/apis/extensions.agents.x-k8s.io/v1beta1", "sandboxtemplates", True),
     ("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"): ("/apis/extensions.agents.x-k8s.io/v1beta1", "sandboxclaims", True),
     ("extensions.agents.x-k8s.io/v1beta1", "SandboxWarmPool"): ("/apis/extensions.agents.x-k8s.io/v1beta1", "sandboxwarmpools", True),
+    ("kwok.x-k8s.io/v1alpha1", "PortForward"): ("/apis/kwok.x-k8s.io/v1alpha1", "portforwards", True),
 }
 
 

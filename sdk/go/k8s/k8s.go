@@ -11,7 +11,9 @@
 //
 // The address is the pod IP of the Sandbox status and the ports the pod's sandboxd-grpc and
 // sandboxd-http container ports (the controller's --sandboxd-grpc-port/--sandboxd-rest-port);
-// the token is in the Secret "<sandbox>-sandboxd-token" the controller made. Errors of the
+// the token is in the Secret "<sandbox>-sandboxd-token" the controller made. Config.Connect
+// says how to reach it: the pod IP, or from outside the cluster local ports forwarded through
+// the API server (pods/portforward); by default the pod IP when it answers. Errors of the
 // API are *sandboxd.Error values (errors.Is(err, sandboxd.ErrNotFound), ...).
 package k8s
 
@@ -27,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
@@ -55,22 +58,31 @@ const (
 // pod without either, the in-cluster config), its current context and that context's
 // namespace (in a pod, the service account's; else "default"). GRPCPort/RESTPort are used
 // when the pod's ports cannot be read (default 9090/8080); Timeout bounds each API call
-// (default 30 s) and is the connection's timeout.
+// (default 30 s) and is the connection's timeout. Connect says how a Lease reaches its
+// sandboxd: ConnectAuto (the default), ConnectPodIP or ConnectPortForward.
 type Config struct {
 	Kubeconfig, Context, Namespace string
 	GRPCPort, RESTPort             int
 	Timeout                        time.Duration
+	Connect                        string
 }
 
 // Client claims, creates, finds and deletes sandboxes.
 type Client struct {
-	dyn dynamic.Interface
-	ns  string
-	cfg Config
+	dyn  dynamic.Interface
+	rest *rest.Config
+	ns   string
+	cfg  Config
 }
 
 // New makes a Client from the kubeconfig (or the in-cluster config).
 func New(cfg Config) (*Client, error) {
+	if cfg.Connect == "" {
+		cfg.Connect = ConnectAuto
+	}
+	if err := validConnect(cfg.Connect); err != nil {
+		return nil, err
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if cfg.Kubeconfig != "" {
 		rules.ExplicitPath = cfg.Kubeconfig
@@ -100,7 +112,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{dyn: dyn, ns: cfg.Namespace, cfg: cfg}, nil
+	return &Client{dyn: dyn, rest: rc, ns: cfg.Namespace, cfg: cfg}, nil
 }
 
 // Namespace is where the client's claims and sandboxes live.

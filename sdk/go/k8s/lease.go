@@ -30,6 +30,7 @@ type Lease struct {
 	Token     string `json:"-"`
 	Owned     bool   `json:"-"` // made by this Client (Claim, CreateSandbox)
 	resolved  bool   // ports and token read since Ready
+	forward   *Forward
 }
 
 func ready(obj *unstructured.Unstructured) (status, reason, message string) {
@@ -163,20 +164,25 @@ func (l *Lease) Address() string {
 	return net.JoinHostPort(l.PodIP, strconv.Itoa(l.GRPCPort))
 }
 
-// Connect returns a sandboxd client on the sandbox's pod IP with its token; opts come after
-// (WithToken overrides the Secret's). It waits Ready first (up to the config's Timeout) when
-// the lease is not resolved yet.
+// Connect returns a sandboxd client on the sandbox's Endpoint with its token; opts come
+// after (WithToken overrides the Secret's). It waits Ready first (up to the config's Timeout)
+// when the lease is not resolved yet. With a port-forward, close the lease (Close) after the
+// client.
 func (l *Lease) Connect(opts ...sandboxd.Option) (*sandboxd.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.Timeout)
+	defer cancel()
 	if !l.Ready || !l.resolved {
-		ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.Timeout)
-		defer cancel()
 		if err := l.WaitReady(ctx); err != nil {
 			return nil, err
 		}
 	}
-	base := []sandboxd.Option{sandboxd.WithGRPCPort(l.GRPCPort), sandboxd.WithRESTPort(l.RESTPort),
+	host, grpcPort, restPort, err := l.Endpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	base := []sandboxd.Option{sandboxd.WithGRPCPort(grpcPort), sandboxd.WithRESTPort(restPort),
 		sandboxd.WithToken(l.Token), sandboxd.WithTimeout(l.c.cfg.Timeout)}
-	return sandboxd.New(l.PodIP, append(base, opts...)...)
+	return sandboxd.New(host, append(base, opts...)...)
 }
 
 // Delete deletes the claim or Sandbox (the controller removes its sandbox, pod and Secret).

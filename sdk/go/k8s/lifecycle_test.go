@@ -86,3 +86,63 @@ func TestClaimRunRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPortForward claims through the cluster and reaches the sandbox only through a
+// port-forward: test/controller/test_port_forward.py runs it (SBX_TEST_PORT_FORWARD=1) with
+// pods whose ports answer only through the API server and kwok's kubelet server.
+func TestPortForward(t *testing.T) {
+	ns, pool, warm := site(t)
+	if os.Getenv("SBX_TEST_PORT_FORWARD") == "" {
+		t.Skip("needs kwok's port-forward: test/controller/test_port_forward.py runs this test")
+	}
+	ctx := bounded(t, 2*time.Minute)
+	if _, err := k8s.New(k8s.Config{Namespace: ns, Connect: "ssh"}); !errors.Is(err, sandboxd.ErrInvalidArgument) {
+		t.Fatalf("an unknown connect mode: %v", err)
+	}
+	kc, err := k8s.New(k8s.Config{Namespace: ns, Connect: k8s.ConnectPortForward})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := kc.Claim(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Delete(context.Background())
+	if err := lease.WaitReady(ctx); err != nil || lease.Sandbox != warm {
+		t.Fatalf("%+v %v", lease, err)
+	}
+	c, err := lease.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Close()
+	defer c.Close()
+	r, err := c.Run(ctx, []string{"echo", "forwarded"})
+	if err != nil || string(r.Stdout) != "forwarded\n" {
+		t.Fatalf("run: %+v %v", r, err)
+	}
+	if _, err := c.WriteFile(ctx, "go.txt", []byte("from go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.ReadFile(ctx, "go.txt", 1<<20); err != nil || string(b) != "from go\n" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	if err := lease.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.WaitDeleted(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Once the controller has deleted the pod, a port-forward to it is NotFound.
+	for {
+		f, err := lease.PortForward(ctx)
+		if errors.Is(err, sandboxd.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("a port-forward to a deleted pod: %v", err)
+		}
+		f.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
+}

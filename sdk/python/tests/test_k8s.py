@@ -50,3 +50,8 @@ def test_token_secret_names_fit():
     long = token_secret_name("a" * 250)
     assert len(long) <= 253 and long.endswith("-sandboxd-token")
     assert token_secret_name("a" * 250) != token_secret_name("a" * 249 + "b")
+
+
+def test_unknown_connect_mode_is_refused():
+    with pytest.raises(errors.InvalidArgumentError, match="connect must be one of"):
+        SandboxClient(connect="ssh")

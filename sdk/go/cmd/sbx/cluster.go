@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 	"github.com/sandboxd/sandboxd/sdk/go/k8s"
@@ -19,7 +22,8 @@ import (
 const resolveWait = 2 * time.Minute
 
 func (g *globals) kube() (*k8s.Client, error) {
-	return k8s.New(k8s.Config{Kubeconfig: g.kubeconfig, Context: g.kubeContext, Namespace: g.namespace})
+	return k8s.New(k8s.Config{Kubeconfig: g.kubeconfig, Context: g.kubeContext, Namespace: g.namespace,
+		Connect: g.connect})
 }
 
 // findLease is the claim called name, else the Sandbox called name.
@@ -35,8 +39,9 @@ func findLease(ctx context.Context, kc *k8s.Client, name string) (*k8s.Lease, er
 	return l, err
 }
 
-// resolveSandbox points g's connection at the sandbox --sandbox names: its pod IP, its
-// sandboxd ports and the token of its Secret.
+// resolveSandbox points g's connection at the sandbox --sandbox names: its pod IP and
+// sandboxd ports (or local ports forwarded to them through the API server, as --connect
+// says; they close when sbx exits) and the token of its Secret.
 func (g *globals) resolveSandbox() error {
 	kc, err := g.kube()
 	if err != nil {
@@ -51,7 +56,15 @@ func (g *globals) resolveSandbox() error {
 	if err := l.WaitReady(ctx); err != nil {
 		return err
 	}
-	g.host, g.grpcPort, g.restPort, g.token, g.socket = l.PodIP, l.GRPCPort, l.RESTPort, l.Token, ""
+	// client-go logs the end of each forwarded connection through klog; sbx reports its own
+	// errors.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	host, grpcPort, restPort, err := l.Endpoint(ctx)
+	if err != nil {
+		return err
+	}
+	g.host, g.grpcPort, g.restPort, g.token, g.socket = host, grpcPort, restPort, l.Token, ""
 	return nil
 }
 

@@ -63,6 +63,10 @@ connection flags (also after the command), with their environment defaults:
   --output text|json   json prints one JSON document for scripts
   --sandbox NAME       the sandbox of this claim (or this Sandbox) in the cluster: its pod
                        IP, sandboxd ports and token instead of the flags above ($SBX_SANDBOX)
+  --connect MODE       how --sandbox reaches sandboxd ($SBX_CONNECT): pod-ip, port-forward
+                       (local ports through the API server, from outside the cluster) or
+                       auto (default: the pod IP in a pod or when it answers, else a
+                       port-forward)
   --namespace NS       the cluster's namespace ($SBX_NAMESPACE, else the kubeconfig's)
   --kubeconfig PATH    ($KUBECONFIG, ~/.kube/config, else in-cluster)
   --context NAME       the kubeconfig's context
@@ -77,7 +81,7 @@ type globals struct {
 	token    string
 	output   string
 	// the cluster, for claim, release and --sandbox
-	sandbox, namespace, kubeconfig, kubeContext string
+	sandbox, namespace, kubeconfig, kubeContext, connect string
 }
 
 func envInt(name string, def int) int {
@@ -100,6 +104,7 @@ func newGlobals() *globals {
 		restPort: envInt("SBX_REST_PORT", 8080), socket: os.Getenv("SBX_SOCKET"),
 		token: os.Getenv("SANDBOXD_TOKEN"), output: "text",
 		sandbox: os.Getenv("SBX_SANDBOX"), namespace: os.Getenv("SBX_NAMESPACE"),
+		connect: envStr("SBX_CONNECT", "auto"),
 	}
 }
 
@@ -114,6 +119,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.output, "output", g.output, "text or json")
 	fs.StringVar(&g.sandbox, "sandbox", g.sandbox, "claim or Sandbox to connect to, through the cluster")
 	fs.StringVar(&g.namespace, "namespace", g.namespace, "the cluster's namespace")
+	fs.StringVar(&g.connect, "connect", g.connect, "auto, pod-ip or port-forward (with --sandbox)")
 	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "kubeconfig file")
 	fs.StringVar(&g.kubeContext, "context", g.kubeContext, "kubeconfig context")
 }

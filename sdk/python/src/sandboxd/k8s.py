@@ -17,6 +17,12 @@ reads its address (the pod IP from the Sandbox status, the ports from the pod's
 sandboxd-grpc/sandboxd-http container ports) and its token (the per-sandbox Secret the
 controller made), and connects; leaving it closes the connection and deletes what it created.
 Every API call is bounded by `timeout`, every wait by its own timeout.
+
+How it connects (`connect=`): "pod-ip" dials the pod IP (in the cluster, or wherever pod IPs
+are routed); "port-forward" opens local listeners on 127.0.0.1 that reach the pod's ports
+through the API server (pods/portforward, as `kubectl port-forward`), for a laptop outside
+the cluster; "auto" (the default) uses the pod IP inside a pod or when it answers within a
+second, else the port-forward.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ import asyncio
 import base64
 import functools
 import os
+import socket
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from . import errors
 from .aio import AsyncSandbox
 from .client import Sandbox
+from .portforward import Forwarder
 
 try:
     import kubernetes  # type: ignore[import-untyped]
@@ -46,6 +54,8 @@ except ImportError:  # pragma: no cover - the extra is not installed
 GROUP, EXT_GROUP, VERSION = "agents.x-k8s.io", "extensions.agents.x-k8s.io", "v1beta1"
 TEMPLATE_LABEL = "agents.x-k8s.io/sandbox-template-ref-hash"
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+CONNECT_MODES = ("auto", "pod-ip", "port-forward")
+PROBE_TIMEOUT = 1.0  # "auto": how long the pod IP has to answer
 T = TypeVar("T")
 
 
@@ -126,12 +136,17 @@ class SandboxClient:
     the service account's, else "default"). kubeconfig/context: as kubectl's (default
     $KUBECONFIG or ~/.kube/config; in a pod without either, the in-cluster config).
     grpc_port/rest_port: used when the pod's ports cannot be read. timeout bounds each API
-    call and is passed on to the sandboxd connection.
+    call and is passed on to the sandboxd connection. connect: "auto", "pod-ip" or
+    "port-forward" (see the module's doc; port-forward needs the pods/portforward right).
     """
 
     def __init__(self, namespace: Optional[str] = None, *, kubeconfig: Optional[str] = None,
                  context: Optional[str] = None, api_client: Any = None, grpc_port: int = 9090,
-                 rest_port: int = 8080, timeout: float = 30.0) -> None:
+                 rest_port: int = 8080, timeout: float = 30.0, connect: str = "auto") -> None:
+        if connect not in CONNECT_MODES:
+            raise errors.InvalidArgumentError(
+                f"connect must be one of {', '.join(CONNECT_MODES)}, not {connect!r}")
+        self.connect_mode = connect
         self.api_client = api_client or _api_client(kubeconfig, context)
         self.namespace = namespace or _default_namespace(kubeconfig, context)
         self.custom = kubernetes.client.CustomObjectsApi(self.api_client)
@@ -255,6 +270,8 @@ class SandboxLease:
         self.reason = ""
         self.sandbox: Optional[Sandbox] = None
         self._resolved = False  # ports and token read since the last Ready
+        self.forwarders: List[Forwarder] = []  # open while connected through a port-forward
+        self.endpoint: Optional[Tuple[str, int, int]] = None  # what address() returned last
 
     def _object(self) -> Dict[str, Any]:
         if self.kind == "SandboxClaim":
@@ -324,21 +341,62 @@ class SandboxLease:
         raw = (sec.data or {}).get("token")
         self.token = base64.b64decode(raw).decode() if raw else None
 
+    def _pod_ip_answers(self) -> bool:
+        try:
+            with socket.create_connection((str(self.pod_ip), self.grpc_port), PROBE_TIMEOUT):
+                return True
+        except OSError:
+            return False
+
+    def address(self) -> Tuple[str, int, int]:
+        """(host, grpc_port, rest_port) to dial, as the client's connect mode says; with a
+        port-forward, the local listeners it opened (closed by close_forwards())."""
+        mode = self.client.connect_mode
+        if mode == "auto":
+            in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+            mode = "pod-ip" if in_pod or self._pod_ip_answers() else "port-forward"
+        if mode == "pod-ip":
+            self.endpoint = (str(self.pod_ip), self.grpc_port, self.rest_port)
+            return self.endpoint
+        self.close_forwards()
+        cfg = self.client.api_client.configuration
+        try:
+            for port in (self.grpc_port, self.rest_port):
+                self.forwarders.append(Forwarder(kubernetes.client.ApiClient(cfg), self.namespace,
+                                                 str(self.sandbox_name), port, self.client.timeout))
+            # Fail here, with the API server's reason, rather than on the first call.
+            self.forwarders[0].open_stream().close()
+        except BaseException:
+            self.close_forwards()
+            raise
+        self.endpoint = ("127.0.0.1", self.forwarders[0].port, self.forwarders[1].port)
+        return self.endpoint
+
+    def close_forwards(self) -> None:
+        for f in self.forwarders:
+            f.close()
+        self.forwarders = []
+
     def connect(self, **kw: Any) -> Sandbox:
-        """A sandboxd.Sandbox on the sandbox's pod IP, with its token (waits Ready first)."""
+        """A sandboxd.Sandbox on the sandbox's address (see address()), with its token
+        (waits Ready first)."""
         if not (self.ready and self._resolved):
             self.wait_ready()
         kw.setdefault("timeout", self.client.timeout)
         kw.setdefault("token", self.token or "")  # "": none, not $SANDBOXD_TOKEN
-        self.sandbox = Sandbox(str(self.pod_ip), grpc_port=self.grpc_port,
-                               rest_port=self.rest_port, **kw)
+        host, grpc_port, rest_port = self.address()
+        self.sandbox = Sandbox(host, grpc_port=grpc_port, rest_port=rest_port, **kw)
         return self.sandbox
+
+    def _close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+        self.close_forwards()
 
     def delete(self, wait: float = 0.0) -> None:
         """Deletes the claim or Sandbox (the controller removes the rest); with wait, polls
         up to that many seconds until it is gone (TimeoutError otherwise)."""
-        if self.sandbox is not None:
-            self.sandbox.close()
+        self._close()
         self.client.delete(self.name, kind=self.kind)
         deadline = time.monotonic() + wait
         while wait > 0:
@@ -366,8 +424,7 @@ class SandboxLease:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.sandbox is not None:
-            self.sandbox.close()
+        self._close()
         if self.owned:
             self.delete()
 
@@ -435,13 +492,14 @@ class AsyncSandboxLease:
             await self.wait_ready()
         kw.setdefault("timeout", self.lease.client.timeout)
         kw.setdefault("token", self.lease.token or "")
-        self.sandbox = AsyncSandbox(str(self.lease.pod_ip), grpc_port=self.lease.grpc_port,
-                                    rest_port=self.lease.rest_port, **kw)
+        host, grpc_port, rest_port = await asyncio.to_thread(self.lease.address)
+        self.sandbox = AsyncSandbox(host, grpc_port=grpc_port, rest_port=rest_port, **kw)
         return self.sandbox
 
     async def delete(self, wait: float = 0.0) -> None:
         if self.sandbox is not None:
             await self.sandbox.close()
+            self.sandbox = None
         await asyncio.to_thread(self.lease.delete, wait)
 
     async def __aenter__(self) -> "AsyncSandboxLease":
@@ -456,6 +514,8 @@ class AsyncSandboxLease:
     async def __aexit__(self, *exc: Any) -> None:
         if self.sandbox is not None:
             await self.sandbox.close()
+            self.sandbox = None
+        await asyncio.to_thread(self.lease.close_forwards)
         if self.lease.owned:
             await asyncio.to_thread(self.lease.delete)
 

@@ -3,6 +3,7 @@ files as tools, over the asyncio SDK. Needs the `mcp` extra (pip install 'sandbo
 
     sandboxd-mcp --host 127.0.0.1 --grpc-port 9090 --rest-port 8080 [--token T]
     sandboxd-mcp --pool POOL [--namespace NS] [--kubeconfig PATH] [--context NAME]
+                 [--connect auto|pod-ip|port-forward]
 
 Tools: run, start, read_output, list_processes, write_stdin, signal, upload, download,
 list_files, stat. Started processes are sandboxd.v1 spawned processes: they outlive this
@@ -82,8 +83,9 @@ class Tools:
         """The tools act on the claimed sandbox from now on (the first connection is made
         in the server's loop)."""
         self.lease = lease
-        self._kw = {"host": lease.pod_ip, "grpc_port": lease.grpc_port,
-                    "rest_port": lease.rest_port, "token": lease.token or ""}
+        host, grpc_port, rest_port = lease.endpoint
+        self._kw = {"host": host, "grpc_port": grpc_port, "rest_port": rest_port,
+                    "token": lease.token or ""}
         self.read_to = {}
 
     async def claim(self, pool: str, timeout: float) -> Dict[str, Any]:
@@ -134,10 +136,13 @@ class Tools:
 
 
 def claim_ready(cluster: Any, pool: str, timeout: float) -> Any:
-    """A claim on the pool, Ready, with its address and token read; deleted if it is not."""
+    """A claim on the pool, Ready, with its address and token read and its endpoint open
+    (the pod IP, or a port-forward as the cluster client's connect says); deleted if not."""
     lease = cluster.claim(pool, timeout=timeout)
     try:
-        return lease.wait_ready()
+        lease.wait_ready()
+        lease.address()
+        return lease
     except BaseException:
         lease.delete()
         raise
@@ -317,6 +322,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--namespace", help="the cluster's namespace (default: the kubeconfig's)")
     ap.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, in-cluster)")
     ap.add_argument("--context", help="kubeconfig context")
+    ap.add_argument("--connect", default=os.environ.get("SBX_CONNECT", "auto"),
+                    choices=("auto", "pod-ip", "port-forward"),
+                    help="how to reach a claimed sandbox: its pod IP, a port-forward through "
+                         "the API server (from outside the cluster), or auto (default)")
     ap.add_argument("--claim-timeout", type=float, default=120.0,
                     help="seconds --pool waits for the sandbox to be Ready")
     a = ap.parse_args(argv)
@@ -327,7 +336,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     from .k8s import SandboxClient
 
-    with SandboxClient(a.namespace, kubeconfig=a.kubeconfig, context=a.context) as cluster:
+    with SandboxClient(a.namespace, kubeconfig=a.kubeconfig, context=a.context,
+                       connect=a.connect) as cluster:
         lease = claim_ready(cluster, a.pool, a.claim_timeout) if a.pool else None
         server, tools = build(None, cluster, lease)
         try:
