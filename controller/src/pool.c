@@ -47,6 +47,13 @@ int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, js
     json_object_set_new(pl, SBX_LABEL_TEMPLATE, json_string(hash));
     if (json_is_boolean(service))
         json_object_set(spec, "service", service);
+    json_t *ps = json_object_get(pt, "spec");
+    if (sbx_template_default_policy(tmpl) && json_is_object(ps) &&
+        !json_object_get(ps, "dnsPolicy") &&
+        (json_object_set_new(ps, "dnsPolicy", json_string("None")) < 0 ||
+         json_object_set_new(ps, "dnsConfig",
+                             json_pack("{s:[s, s]}", "nameservers", "8.8.8.8", "1.1.1.1")) < 0))
+        return sbx_error_set(err, ENOMEM, "sandbox");
     *ret = json_pack("{s:s, s:s, s:{s:s, s:s, s:O, s:[O]}, s:O}", "apiVersion", SBX_API_VERSION,
                      "kind", "Sandbox", "metadata", "name", name, "namespace", ns, "labels", labels,
                      "ownerReferences", own, "spec", spec);

@@ -41,6 +41,16 @@ def owned_by(k, ns, kind, name):
     return out
 
 
+def network_policy(k, ns, tpl):
+    """The NetworkPolicy of template tpl, or None."""
+    try:
+        return k.request("GET", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{tpl}-network-policy")
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
+
+
 def ready_count(sbs):
     return sum(1 for sb in sbs if (condition(sb) or {}).get("status") == "True")
 
@@ -261,15 +271,7 @@ def test_template_network_policy(cluster, namespace, controller):
     k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "fenced", "namespace": namespace},
               "spec": {"networkPolicy": rules, "podTemplate": {"spec": {
                   "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "inf"]}]}}}})
-    np_path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/fenced-network-policy"
-
-    def policy():
-        try:
-            return k.request("GET", np_path)
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+    policy = lambda: network_policy(k, namespace, "fenced")  # noqa: E731
     np = wait_until(policy, WAIT, what="the template's NetworkPolicy")
     assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert np["spec"]["ingress"][0]["ports"][0]["port"] == 8080
@@ -281,9 +283,51 @@ def test_template_network_policy(cluster, namespace, controller):
     sb = wait_until(lambda: owned_by(k, namespace, "SandboxWarmPool", "fp"), WAIT, what="pool sandbox")[0]
     pod = wait_until(lambda: k.find("v1", "Pod", namespace, sb["metadata"]["name"]), WAIT, what="its pod")
     assert pod["metadata"]["labels"][label] == value, "the policy selects the pool's pods"
+    assert pod["spec"].get("dnsPolicy") != "None", "its own rules: cluster DNS left alone"
 
     k.patch(*TEMPLATE, namespace, "fenced", {"spec": {"networkPolicyManagement": "Unmanaged"}})
     wait_until(lambda: policy() is None, WAIT, what="the policy removed when Unmanaged")
+
+
+def test_template_default_network_policy(cluster, namespace, controller):
+    """A template without networkPolicy gets the secure default, as the reference: ingress only to
+    sandboxd's two ports, egress only to public addresses; Unmanaged opts out, Managed brings it
+    back, and it goes with the template."""
+    k = cluster.admin
+    template(k, namespace, "open")
+    policy = lambda: network_policy(k, namespace, "open")  # noqa: E731
+    np = wait_until(policy, WAIT, what="the template's default NetworkPolicy")
+    owner, = np["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("SandboxTemplate", "open", True)
+    assert owner["uid"] == k.get(*TEMPLATE, namespace, "open")["metadata"]["uid"]
+    spec = np["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    rule, = spec["ingress"]
+    assert "from" not in rule, "any peer, but only to sandboxd's ports"
+    assert sorted((p["protocol"], p["port"]) for p in rule["ports"]) == [("TCP", 8080), ("TCP", 9090)]
+    rule, = spec["egress"]
+    assert "ports" not in rule
+    blocks = {p["ipBlock"]["cidr"]: sorted(p["ipBlock"]["except"]) for p in rule["to"]}
+    assert blocks == {"0.0.0.0/0": ["10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"],
+                      "::/0": ["fc00::/7", "fe80::/10"]}
+    (label, value), = spec["podSelector"]["matchLabels"].items()
+
+    pool(k, namespace, "op", 1, tpl="open")
+    sb = wait_until(lambda: owned_by(k, namespace, "SandboxWarmPool", "op"), WAIT, what="pool sandbox")[0]
+    pod = wait_until(lambda: k.find("v1", "Pod", namespace, sb["metadata"]["name"]), WAIT, what="its pod")
+    assert pod["metadata"]["labels"][label] == value, "the policy selects the template's pods"
+    # Cluster DNS is out of reach: public resolvers instead, as the reference.
+    assert pod["spec"]["dnsPolicy"] == "None"
+    assert pod["spec"]["dnsConfig"]["nameservers"] == ["8.8.8.8", "1.1.1.1"]
+
+    k.patch(*TEMPLATE, namespace, "open", {"spec": {"networkPolicyManagement": "Unmanaged"}})
+    wait_until(lambda: policy() is None, WAIT, what="the default policy removed when Unmanaged")
+    k.patch(*TEMPLATE, namespace, "open", {"spec": {"networkPolicyManagement": "Managed"}})
+    wait_until(policy, WAIT, what="the default policy back when Managed")
+
+    k.delete(*POOL, namespace, "op")
+    k.delete(*TEMPLATE, namespace, "open")
+    wait_until(lambda: policy() is None, WAIT, what="the policy gone with its template")
 
 
 def test_replenish_delay_defers_the_refill(cluster, namespace, start_controller):
