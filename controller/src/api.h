@@ -71,6 +71,14 @@ int sbx_parse_rfc3339(const char *s, time_t *ret);
 /* The current UTC time as RFC 3339 ("2026-01-02T03:04:05Z"). */
 void sbx_now_rfc3339(char buf[32]);
 
+/* t as RFC 3339 UTC. */
+void sbx_rfc3339(time_t t, char buf[32]);
+
+/* A condition of type; ltt_from is an object whose old condition of that type keeps its
+ * lastTransitionTime when the status is unchanged (may be NULL). A new reference. */
+json_t *sbx_new_condition(const char *type, const char *status, const char *reason,
+                          const char *message, json_t *ltt_from, json_t *generation);
+
 /* A Ready condition; ltt_from is an object whose old Ready condition keeps its
  * lastTransitionTime when the status is unchanged (may be NULL). A new reference. */
 json_t *sbx_ready_condition(const char *status, const char *reason, const char *message,

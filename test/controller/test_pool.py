@@ -237,6 +237,39 @@ def test_claim_lifecycle_expires_its_sandbox(cluster, namespace, controller):
     assert k.find(*SB, namespace, name), "Retain keeps the Sandbox"
 
 
+def test_claim_ttl_after_finished(cluster, namespace, controller):
+    """lifecycle.ttlSecondsAfterFinished, as the reference: a sandbox whose Pod reached a terminal
+    phase says Finished; that long after, a Delete claim goes with its sandbox, a Retain claim
+    stays and its sandbox expires; a claim without a TTL keeps its finished sandbox."""
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 3)
+    wait_pool_ready(k, namespace, "p", 3)
+    claim(k, namespace, "del", "p", lifecycle={"ttlSecondsAfterFinished": 2, "shutdownPolicy": "Delete"})
+    claim(k, namespace, "ret", "p", lifecycle={"ttlSecondsAfterFinished": 2})
+    claim(k, namespace, "keep", "p")
+    sb = {c: wait_claim_ready(k, namespace, c)["status"]["sandbox"]["name"] for c in ("del", "ret", "keep")}
+    for c, phase in (("del", "Succeeded"), ("ret", "Failed"), ("keep", "Succeeded")):
+        k.patch("v1", "Pod", namespace, sb[c], {"status": {
+            "phase": phase, "conditions": [{"type": "Ready", "status": "False"}]}}, sub="status")
+    for c, reason in (("ret", "PodFailed"), ("keep", "PodSucceeded")):
+        fin = wait_until(lambda c=c: condition(k.get(*SB, namespace, sb[c]), "Finished"), WAIT,
+                         what=f"the sandbox of {c} Finished")
+        assert (fin["status"], fin["reason"]) == ("True", reason)
+
+    wait_until(lambda: k.find(*CLAIM, namespace, "del") is None, WAIT, what="the Delete claim deleted")
+    wait_until(lambda: k.find(*SB, namespace, sb["del"]) is None, WAIT, what="its sandbox deleted")
+    wait_until(lambda: (condition(k.get(*SB, namespace, sb["ret"])) or {}).get("reason") == "SandboxExpired",
+               WAIT, what="the Retain claim's sandbox expired")
+    wait_until(lambda: k.find("v1", "Pod", namespace, sb["ret"]) is None, WAIT, what="its pod removed")
+    assert k.get(*SB, namespace, sb["ret"])["spec"]["shutdownPolicy"] == "Retain"
+    wait_until(lambda: (condition(k.get(*CLAIM, namespace, "ret")) or {}).get("reason") == "SandboxExpired",
+               WAIT, what="the Retain claim says so")
+    # No TTL: the finished sandbox and its claim stay, well past the others' TTL.
+    assert k.find(*CLAIM, namespace, "keep") and k.find("v1", "Pod", namespace, sb["keep"])
+    assert "shutdownTime" not in k.get(*SB, namespace, sb["keep"])["spec"]
+
+
 def test_never_ready_replaced_unschedulable_held(cluster, namespace, start_controller):
     ctrl = start_controller("--sandbox-warm-pool-readiness-grace-period=2s",
                             "--sandbox-warm-pool-unschedulable-recheck-interval=1s")
