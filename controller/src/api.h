@@ -16,6 +16,7 @@
 #define SBX_LABEL_POOL      "agents.x-k8s.io/warm-pool-sandbox"
 #define SBX_LABEL_CLAIM     "agents.x-k8s.io/claim-uid"
 #define SBX_LABEL_TEMPLATE  "agents.x-k8s.io/sandbox-template-ref-hash"
+#define SBX_LABEL_BLUEPRINT "agents.x-k8s.io/sandbox-template-hash"
 
 /* Splits "ns/name": copies ns into buf, points *name into key. Returns 0 or -EINVAL. */
 int sbx_split_key(const char *key, char *ns, size_t nssz, const char **name);

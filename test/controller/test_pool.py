@@ -270,6 +270,37 @@ def test_claim_ttl_after_finished(cluster, namespace, controller):
     assert "shutdownTime" not in k.get(*SB, namespace, sb["keep"])["spec"]
 
 
+def test_pool_update_strategy(cluster, namespace, controller):
+    """updateStrategy, as the reference: when the template's pod template changes, a Recreate
+    pool replaces its warm sandboxes with fresh ones, an OnReplenish (default) pool keeps them;
+    a claimed sandbox is never touched."""
+    k = cluster.admin
+    template(k, namespace)
+    k.create({"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": "rec", "namespace": namespace},
+              "spec": {"replicas": 2, "sandboxTemplateRef": {"name": "tpl"},
+                       "updateStrategy": {"type": "Recreate"}}})
+    pool(k, namespace, "onr", 2)
+    wait_pool_ready(k, namespace, "rec", 2)
+    wait_pool_ready(k, namespace, "onr", 2)
+    claim(k, namespace, "c", "rec")
+    claimed = wait_claim_ready(k, namespace, "c")["status"]["sandbox"]["name"]
+    wait_pool_ready(k, namespace, "rec", 2)
+    names = lambda p: {s["metadata"]["name"] for s in owned_by(k, namespace, "SandboxWarmPool", p)}  # noqa: E731
+    old_rec, old_onr = names("rec"), names("onr")
+
+    k.patch(*TEMPLATE, namespace, "tpl", {"spec": {"podTemplate": {"metadata": {"labels": {"v": "2"}}, "spec": {
+        "containers": [{"name": "main", "image": "python:3.12", "command": ["python3", "-m", "http.server", "81"]}]}}}})
+    wait_until(lambda: not names("rec") & old_rec, WAIT, what="the Recreate pool's stale sandboxes replaced")
+    wait_pool_ready(k, namespace, "rec", 2)
+    for s in owned_by(k, namespace, "SandboxWarmPool", "rec"):
+        assert s["spec"]["podTemplate"]["spec"]["containers"][0]["command"][-1] == "81"
+        assert s["spec"]["podTemplate"]["metadata"]["labels"]["v"] == "2"
+    assert names("onr") == old_onr, "OnReplenish keeps its warm sandboxes"
+    sb = k.get(*SB, namespace, claimed)
+    assert sb["spec"]["podTemplate"]["spec"]["containers"][0]["command"][-1] == "http.server", "claimed: untouched"
+    assert "deletionTimestamp" not in sb["metadata"]
+
+
 def test_never_ready_replaced_unschedulable_held(cluster, namespace, start_controller):
     ctrl = start_controller("--sandbox-warm-pool-readiness-grace-period=2s",
                             "--sandbox-warm-pool-unschedulable-recheck-interval=1s")
