@@ -373,10 +373,15 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         return sbx_error_set(err, ENOMEM, "status");
     if (json_array_size(json_object_get(sst, "podIPs")))
         json_object_set(json_object_get(want, "sandbox"), "podIPs", json_object_get(sst, "podIPs"));
+    /* The sandbox's Finished condition, mirrored as it is. */
+    json_t *fin = sbx_condition(sb, "Finished"), *ofin = sbx_condition(claim, "Finished");
+    if (fin)
+        json_array_append(json_object_get(want, "conditions"), fin);
     /* The message alone changing is not worth a write: claims are many. */
     json_t *oc = sbx_condition(claim, "Ready"),
            *wc = json_array_get(json_object_get(want, "conditions"), 0);
     if (oc && json_equal(json_object_get(old, "sandbox"), json_object_get(want, "sandbox")) &&
+        (ofin == fin || json_equal(ofin, fin)) && /* json_equal(NULL, NULL) is 0 */
         json_equal(json_object_get(oc, "status"), json_object_get(wc, "status")) &&
         json_equal(json_object_get(oc, "reason"), json_object_get(wc, "reason")) &&
         json_equal(json_object_get(oc, "observedGeneration"),

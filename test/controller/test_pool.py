@@ -256,6 +256,9 @@ def test_claim_ttl_after_finished(cluster, namespace, controller):
         fin = wait_until(lambda c=c: condition(k.get(*SB, namespace, sb[c]), "Finished"), WAIT,
                          what=f"the sandbox of {c} Finished")
         assert (fin["status"], fin["reason"]) == ("True", reason)
+        mirrored = wait_until(lambda c=c: condition(k.get(*CLAIM, namespace, c), "Finished"), WAIT,
+                              what=f"claim {c} mirroring Finished")
+        assert mirrored["lastTransitionTime"] == fin["lastTransitionTime"]
 
     wait_until(lambda: k.find(*CLAIM, namespace, "del") is None, WAIT, what="the Delete claim deleted")
     wait_until(lambda: k.find(*SB, namespace, sb["del"]) is None, WAIT, what="its sandbox deleted")
