@@ -199,19 +199,23 @@ int sbx_parse_rfc3339(const char *s, time_t *ret)
     return 0;
 }
 
-void sbx_now_rfc3339(char buf[32])
+void sbx_rfc3339(time_t t, char buf[32])
 {
-    time_t t = time(NULL);
     struct tm tm;
 
     gmtime_r(&t, &tm);
     strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-json_t *sbx_ready_condition(const char *status, const char *reason, const char *message,
-                            json_t *ltt_from, json_t *generation)
+void sbx_now_rfc3339(char buf[32])
 {
-    json_t *old = sbx_condition(ltt_from, "Ready");
+    sbx_rfc3339(time(NULL), buf);
+}
+
+json_t *sbx_new_condition(const char *type, const char *status, const char *reason,
+                          const char *message, json_t *ltt_from, json_t *generation)
+{
+    json_t *old = sbx_condition(ltt_from, type);
     const char *os = json_string_value(json_object_get(old, "status"));
     const char *ltt = json_string_value(json_object_get(old, "lastTransitionTime"));
     char now[32];
@@ -219,7 +223,13 @@ json_t *sbx_ready_condition(const char *status, const char *reason, const char *
     sbx_now_rfc3339(now);
     if (!os || strcmp(os, status) != 0 || !ltt)
         ltt = now;
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:O?}", "type", "Ready", "status", status, "reason",
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:O?}", "type", type, "status", status, "reason",
                      reason, "message", message ? message : "", "lastTransitionTime", ltt,
                      "observedGeneration", generation);
+}
+
+json_t *sbx_ready_condition(const char *status, const char *reason, const char *message,
+                            json_t *ltt_from, json_t *generation)
+{
+    return sbx_new_condition("Ready", status, reason, message, ltt_from, generation);
 }

@@ -16,6 +16,7 @@
 #define SBX_LABEL_POOL      "agents.x-k8s.io/warm-pool-sandbox"
 #define SBX_LABEL_CLAIM     "agents.x-k8s.io/claim-uid"
 #define SBX_LABEL_TEMPLATE  "agents.x-k8s.io/sandbox-template-ref-hash"
+#define SBX_LABEL_BLUEPRINT "agents.x-k8s.io/sandbox-template-hash"
 
 /* Splits "ns/name": copies ns into buf, points *name into key. Returns 0 or -EINVAL. */
 int sbx_split_key(const char *key, char *ns, size_t nssz, const char **name);
@@ -70,6 +71,14 @@ int sbx_parse_rfc3339(const char *s, time_t *ret);
 
 /* The current UTC time as RFC 3339 ("2026-01-02T03:04:05Z"). */
 void sbx_now_rfc3339(char buf[32]);
+
+/* t as RFC 3339 UTC. */
+void sbx_rfc3339(time_t t, char buf[32]);
+
+/* A condition of type; ltt_from is an object whose old condition of that type keeps its
+ * lastTransitionTime when the status is unchanged (may be NULL). A new reference. */
+json_t *sbx_new_condition(const char *type, const char *status, const char *reason,
+                          const char *message, json_t *ltt_from, json_t *generation);
 
 /* A Ready condition; ltt_from is an object whose old Ready condition keeps its
  * lastTransitionTime when the status is unchanged (may be NULL). A new reference. */

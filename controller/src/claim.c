@@ -6,9 +6,11 @@
  * cannot take, a Sandbox is created for it (a cold start). The choice among ready sandboxes
  * spreads claims across nodes. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api.h"
 #include "cleanup.h"
@@ -371,10 +373,15 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         return sbx_error_set(err, ENOMEM, "status");
     if (json_array_size(json_object_get(sst, "podIPs")))
         json_object_set(json_object_get(want, "sandbox"), "podIPs", json_object_get(sst, "podIPs"));
+    /* The sandbox's Finished condition, mirrored as it is. */
+    json_t *fin = sbx_condition(sb, "Finished"), *ofin = sbx_condition(claim, "Finished");
+    if (fin)
+        json_array_append(json_object_get(want, "conditions"), fin);
     /* The message alone changing is not worth a write: claims are many. */
     json_t *oc = sbx_condition(claim, "Ready"),
            *wc = json_array_get(json_object_get(want, "conditions"), 0);
     if (oc && json_equal(json_object_get(old, "sandbox"), json_object_get(want, "sandbox")) &&
+        (ofin == fin || json_equal(ofin, fin)) && /* json_equal(NULL, NULL) is 0 */
         json_equal(json_object_get(oc, "status"), json_object_get(wc, "status")) &&
         json_equal(json_object_get(oc, "reason"), json_object_get(wc, "reason")) &&
         json_equal(json_object_get(oc, "observedGeneration"),
@@ -416,6 +423,63 @@ static json_t *owned_sandbox(struct sbx_ctrl *c, json_t *claim)
     return NULL;
 }
 
+/* lifecycle.ttlSecondsAfterFinished: that long after its sandbox's Finished condition turned
+ * True the claim expires, as its shutdownPolicy says: Delete (and DeleteForeground) deletes the
+ * claim, and with it its sandbox; Retain (the default) keeps the claim and has the sandbox
+ * expire then (its spec.shutdownTime: Pod and Service removed, Ready False SandboxExpired).
+ * Returns 1 when the claim was deleted, 0 when there is nothing (more) to do, or < 0. */
+static int expire_finished(struct sbx_ctrl *c, json_t *claim, json_t *sb, const char *key,
+                           struct sbx_error *err)
+{
+    json_t *lc = json_object_get(json_object_get(claim, "spec"), "lifecycle");
+    json_t *ttl = json_object_get(lc, "ttlSecondsAfterFinished");
+    json_t *fin = sbx_condition(sb, "Finished");
+    const char *fs = json_string_value(json_object_get(fin, "status"));
+    const char *ltt = json_string_value(json_object_get(fin, "lastTransitionTime"));
+    const char *policy = json_string_value(json_object_get(lc, "shutdownPolicy"));
+    time_t t, now = time(NULL);
+    char path[800], when[32], qk[700];
+
+    if (!json_is_integer(ttl) || json_integer_value(ttl) < 0 || !fs || strcmp(fs, "True") || !ltt ||
+        sbx_parse_rfc3339(ltt, &t) < 0)
+        return 0;
+    time_t at =
+        t + (time_t)(json_integer_value(ttl) > INT32_MAX ? INT32_MAX : json_integer_value(ttl));
+    if (at > now) {
+        if (snprintf(qk, sizeof(qk), "claim:%s", key) < (int)sizeof(qk))
+            sbx_ctrl_enqueue(c, qk, (uint64_t)(at - now) * 1000 + 100);
+        return 0;
+    }
+    const char *ns = sbx_meta_str(claim, "namespace");
+    if (policy && strcmp(policy, "Retain")) {
+        snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxclaims/%s", SBX_EXT_API_VERSION,
+                 ns, sbx_meta_str(claim, "name"));
+        log_info("claim %s: its sandbox finished %lld s ago, deleting it", key,
+                 (long long)(now - t));
+        count_write(c);
+        int r = sbx_api_delete(c->kube, path, err);
+        return r < 0 ? r : 1;
+    }
+    json_t *spec = json_object_get(sb, "spec");
+    const char *have = json_string_value(json_object_get(spec, "shutdownTime"));
+    if (have && sbx_parse_rfc3339(have, &t) == 0 && t <= at)
+        return 0; /* it expires on its own, no later */
+    sbx_rfc3339(at, when);
+    json_auto_t *patch =
+        json_pack("{s:{s:s, s:s}}", "spec", "shutdownTime", when, "shutdownPolicy", "Retain");
+    if (!patch)
+        return sbx_error_set(err, ENOMEM, "patch");
+    snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION, ns,
+             sbx_meta_str(sb, "name"));
+    count_write(c);
+    long st = sbx_api_patch(c->kube, path, patch, NULL, err);
+    if (st < 0)
+        return (int)st;
+    if (st != 200 && st != 404)
+        return sbx_error_set(err, st == 409 ? EAGAIN : EIO, "PATCH %s: HTTP %ld", path, st);
+    return 0;
+}
+
 int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *claim = sbx_informer_get(c->claims, key);
@@ -430,6 +494,8 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
     if (json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp"))
         return 0;
     json_auto_t *mine = owned_sandbox(c, claim);
+    if (mine && (r = expire_finished(c, claim, mine, key, err)) != 0)
+        return r < 0 ? r : 0;
     if (mine)
         return claim_status(c, claim, sbx_meta_str(mine, "name"), mine, false, NULL, NULL, NULL,
                             err);

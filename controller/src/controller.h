@@ -61,9 +61,14 @@ bool sbx_ctrl_synced(struct sbx_ctrl *c);
 /* Stops workers and informers, frees. Accepts NULL. */
 void sbx_ctrl_free(struct sbx_ctrl *c);
 
+/* Whether the template's sandboxes get the default NetworkPolicy: networkPolicyManagement
+ * Managed (or unset) and no spec.networkPolicy. */
+bool sbx_template_default_policy(json_t *tmpl);
+
 /* The Sandbox a SandboxTemplate makes: its pod template and service, with labels (borrowed) and
  * the controller reference owner (stolen, may be NULL: then -ENOMEM). -EINVAL when the template
- * has no pod template. */
+ * has no pod template. Under the default NetworkPolicy, which lets no query reach cluster DNS, a
+ * pod template without dnsPolicy gets public resolvers (dnsPolicy None), as the reference. */
 int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
                               json_t *labels, json_t **ret, struct sbx_error *err);
 

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "cleanup.h"
 #include "controller.h"
 #include "log.h"
 
@@ -47,6 +48,13 @@ int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, js
     json_object_set_new(pl, SBX_LABEL_TEMPLATE, json_string(hash));
     if (json_is_boolean(service))
         json_object_set(spec, "service", service);
+    json_t *ps = json_object_get(pt, "spec");
+    if (sbx_template_default_policy(tmpl) && json_is_object(ps) &&
+        !json_object_get(ps, "dnsPolicy") &&
+        (json_object_set_new(ps, "dnsPolicy", json_string("None")) < 0 ||
+         json_object_set_new(ps, "dnsConfig",
+                             json_pack("{s:[s, s]}", "nameservers", "8.8.8.8", "1.1.1.1")) < 0))
+        return sbx_error_set(err, ENOMEM, "sandbox");
     *ret = json_pack("{s:s, s:s, s:{s:s, s:s, s:O, s:[O]}, s:O}", "apiVersion", SBX_API_VERSION,
                      "kind", "Sandbox", "metadata", "name", name, "namespace", ns, "labels", labels,
                      "ownerReferences", own, "spec", spec);
@@ -65,6 +73,60 @@ struct census {
     int expected;  /* created, not in the cache yet */
     int ready;
 };
+
+/* The hash of what a template's sandboxes are made of (its pod template and volume claim
+ * templates; not its metadata nor its policies), stamped on pool sandboxes (label
+ * SBX_LABEL_BLUEPRINT) to tell the stale ones. False when it cannot be computed. */
+static bool blueprint_hash(json_t *tmpl, char hash[9])
+{
+    json_t *spec = json_object_get(tmpl, "spec");
+    json_auto_t *bp =
+        json_pack("{s:O?, s:O?}", "podTemplate", json_object_get(spec, "podTemplate"),
+                  "volumeClaimTemplates", json_object_get(spec, "volumeClaimTemplates"));
+    _cleanup_free_ char *dump = bp ? json_dumps(bp, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+
+    if (!dump)
+        return false;
+    sbx_name_hash(dump, hash);
+    return true;
+}
+
+/* updateStrategy Recreate (the reference's): the pool's sandboxes made from another blueprint
+ * than its template's now are deleted at once and leave the census, so the pool refills with
+ * fresh ones in the same pass. OnReplenish (the default) leaves them to be claimed or deleted.
+ * Claimed sandboxes are the claims', never the pool's: they are not in the census. */
+static int drop_stale(struct sbx_ctrl *c, json_t *pool, json_t *tmpl, struct census *cs,
+                      struct sbx_error *err)
+{
+    json_t *us = json_object_get(json_object_get(pool, "spec"), "updateStrategy");
+    const char *type = json_string_value(json_object_get(us, "type"));
+    char hash[9], path[700];
+    json_t *sb;
+    size_t i;
+
+    if (!tmpl || !type || strcmp(type, "Recreate") || !blueprint_hash(tmpl, hash))
+        return 0;
+    json_array_foreach(cs->owned, i, sb)
+    {
+        const char *have = json_string_value(json_object_get(
+            json_object_get(json_object_get(sb, "metadata"), "labels"), SBX_LABEL_BLUEPRINT));
+        if (have && !strcmp(have, hash))
+            continue;
+        log_info("pool \"%s/%s\": replacing stale \"%s\" (updateStrategy Recreate)",
+                 sbx_meta_str(pool, "namespace"), sbx_meta_str(pool, "name"),
+                 sbx_meta_str(sb, "name"));
+        snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes/%s", SBX_API_VERSION,
+                 sbx_meta_str(sb, "namespace"), sbx_meta_str(sb, "name"));
+        int r = sbx_api_delete(c->kube, path, err);
+        if (r < 0)
+            return r;
+        if (sbx_is_ready(sb))
+            cs->ready--;
+        json_array_remove(cs->owned, i);
+        i--;
+    }
+    return 0;
+}
 
 /* The pool's sandboxes: cached ones it controls and is not giving away, plus those it created
  * that the cache has not shown yet. */
@@ -105,10 +167,12 @@ static int fill(struct sbx_ctrl *c, json_t *pool, json_t *tmpl, const char *pool
                 bool *paced, struct sbx_error *err)
 {
     const char *ns = sbx_meta_str(pool, "namespace"), *pname = sbx_meta_str(pool, "name");
-    char path[600], hash[9];
+    char path[600], hash[9], bp[9];
     int made = 0, batch = 1;
 
     sbx_name_hash(pname, hash);
+    if (!blueprint_hash(tmpl, bp))
+        return sbx_error_set(err, ENOMEM, "template hash");
     snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION, ns);
     *paced = false;
     while (made < n) {
@@ -120,7 +184,8 @@ static int fill(struct sbx_ctrl *c, json_t *pool, json_t *tmpl, const char *pool
             }
             sbx_random_suffix(suffix, 5);
             snprintf(name, sizeof(name), "%.*s-%s", MAX_POOL_NAME, pname, suffix);
-            json_auto_t *labels = json_pack("{s:s}", SBX_LABEL_POOL, hash);
+            json_auto_t *labels =
+                json_pack("{s:s, s:s}", SBX_LABEL_POOL, hash, SBX_LABEL_BLUEPRINT, bp);
             json_auto_t *want = NULL;
             int r = sbx_sandbox_from_template(tmpl, ns, name, pool_ref(pool), labels, &want, err);
             if (r < 0)
@@ -284,6 +349,10 @@ int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *er
     json_auto_t *tmpl = sbx_informer_get(c->templates, tkey);
     snprintf(pool_key, sizeof(pool_key), "%s", key);
     count(c, pool, pool_key, &cs);
+    if ((r = drop_stale(c, pool, tmpl, &cs, err)) < 0) {
+        json_decref(cs.owned);
+        return r;
+    }
     int have = (int)json_array_size(cs.owned) + cs.expected;
     uint64_t hold_ms = have < want ? replenish_wait(c, key) : 0;
     if (hold_ms > 0) {

@@ -164,6 +164,15 @@ static json_t *desired_status(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_
         json_decref(ips);
         return NULL;
     }
+    /* Finished, only while the Pod is in a terminal phase (claims expire by it). */
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    bool ok = phase && !strcmp(phase, "Succeeded");
+    if (ok || (phase && !strcmp(phase, "Failed")))
+        json_array_append_new(
+            json_object_get(st, "conditions"),
+            sbx_new_condition("Finished", "True", ok ? "PodSucceeded" : "PodFailed",
+                              ok ? "Pod completed successfully" : "Pod failed", sb,
+                              json_object_get(json_object_get(sb, "metadata"), "generation")));
     if (json_array_size(ips))
         json_object_set(st, "podIPs", ips);
     json_decref(ips);

@@ -1,10 +1,13 @@
 /* SandboxTemplates: the NetworkPolicy of a template's sandboxes. With networkPolicyManagement
- * Managed (the default) and a spec.networkPolicy, one NetworkPolicy "<template>-network-policy",
- * owned by the template, selects the Pods of every sandbox made from it (label
- * agents.x-k8s.io/sandbox-template-ref-hash) with the template's ingress and egress rules. With
- * Unmanaged, or without spec.networkPolicy, a policy of ours is removed. The desired spec's hash
- * rides in an annotation, so an unchanged template costs no write (the API server fills in
- * defaults, so the specs themselves never compare equal). */
+ * Managed (the default), one NetworkPolicy "<template>-network-policy", owned by the template,
+ * selects the Pods of every sandbox made from it (label
+ * agents.x-k8s.io/sandbox-template-ref-hash) with the template's ingress and egress rules, or,
+ * without spec.networkPolicy, with the secure default: ingress only to sandboxd's two ports,
+ * egress only to public addresses (as the reference: private, link-local and unique-local ranges
+ * excepted, so cluster DNS and the metadata server too). With Unmanaged, or once the template is
+ * gone, a policy of ours is removed. The desired spec's hash rides in an annotation, so an
+ * unchanged template costs no write (the API server fills in defaults, so the specs themselves
+ * never compare equal). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +28,52 @@ static json_t *template_ref(json_t *tmpl)
                      sbx_meta_str(tmpl, "uid"), "controller", 1, "blockOwnerDeletion", 1);
 }
 
-static json_t *desired_spec(json_t *tmpl, json_t *np)
+/* The default rules: TCP to sandboxd's gRPC and REST ports from anywhere (sandboxd's token guards
+ * them; the reference, which fronts sandboxes with a router of its own, admits that router on
+ * all ports instead), and egress to public IPv4 and IPv6 addresses only. */
+static json_t *default_ingress(const struct sbx_inject_opts *o)
+{
+    return json_pack("[{s:[{s:s, s:i}, {s:s, s:i}]}]", "ports", "protocol", "TCP", "port",
+                     o->grpc_port, "protocol", "TCP", "port", o->rest_port);
+}
+
+static json_t *default_egress(void)
+{
+    return json_pack("[{s:[{s:{s:s, s:[s, s, s, s]}}, {s:{s:s, s:[s, s]}}]}]", "to", "ipBlock",
+                     "cidr", "0.0.0.0/0", "except", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                     "169.254.0.0/16", "ipBlock", "cidr", "::/0", "except", "fc00::/7",
+                     "fe80::/10");
+}
+
+/* np: the template's spec.networkPolicy, NULL for the default. */
+static json_t *desired_spec(json_t *tmpl, json_t *np, const struct sbx_inject_opts *o)
 {
     char hash[9];
     json_t *in = json_object_get(np, "ingress"), *eg = json_object_get(np, "egress");
     json_auto_t *none = json_array();
+    json_auto_t *def_in = np ? NULL : default_ingress(o);
+    json_auto_t *def_eg = np ? NULL : default_egress();
+
+    if (!np) {
+        if (!def_in || !def_eg)
+            return NULL;
+        in = def_in;
+        eg = def_eg;
+    }
 
     sbx_name_hash(sbx_meta_str(tmpl, "name"), hash);
     return json_pack("{s:{s:{s:s}}, s:[s, s], s:O, s:O}", "podSelector", "matchLabels",
                      SBX_LABEL_TEMPLATE, hash, "policyTypes", "Ingress", "Egress", "ingress",
                      json_is_array(in) ? in : none, "egress", json_is_array(eg) ? eg : none);
+}
+
+bool sbx_template_default_policy(json_t *tmpl)
+{
+    json_t *spec = json_object_get(tmpl, "spec");
+    const char *mgmt = json_string_value(json_object_get(spec, "networkPolicyManagement"));
+
+    return (!mgmt || strcmp(mgmt, "Unmanaged")) &&
+           !json_is_object(json_object_get(spec, "networkPolicy"));
 }
 
 int sbx_template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
@@ -58,7 +97,7 @@ int sbx_template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error
     json_t *spec = json_object_get(tmpl, "spec");
     const char *mgmt = json_string_value(json_object_get(spec, "networkPolicyManagement"));
     json_t *policy = json_object_get(spec, "networkPolicy");
-    if (!tmpl || (mgmt && !strcmp(mgmt, "Unmanaged")) || !json_is_object(policy)) {
+    if (!tmpl || (mgmt && !strcmp(mgmt, "Unmanaged"))) {
         if (!ours)
             return 0;
         r = sbx_api_delete(c->kube, path, err);
@@ -66,7 +105,8 @@ int sbx_template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error
     }
     if (status == 200 && !ours)
         return sbx_error_set(err, EEXIST, "NetworkPolicy \"%s-network-policy\" is not ours", name);
-    json_auto_t *dspec = desired_spec(tmpl, policy);
+    json_auto_t *dspec =
+        desired_spec(tmpl, json_is_object(policy) ? policy : NULL, &c->opts.inject);
     _cleanup_free_ char *dump = dspec ? json_dumps(dspec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     if (!dump)
         return sbx_error_set(err, ENOMEM, "network policy");

@@ -19,6 +19,28 @@ int main(void)
     ok(sbx_parse_rfc3339("2026-01-02T03:04:05+01:00", &t) == -EINVAL, "offsets refused");
     ok(sbx_parse_rfc3339("yesterday", &t) == -EINVAL, "garbage refused");
     ok(sbx_parse_rfc3339(NULL, &t) == -EINVAL, "NULL refused");
+    char when[32];
+    sbx_rfc3339(1767323045, when);
+    ok(!strcmp(when, "2026-01-02T03:04:05Z"), "formatted: %s", when);
+
+    /* A condition keeps its lastTransitionTime while its status stays, not when it changes. */
+    json_t *was = json_pack("{s:{s:[{s:s, s:s, s:s}]}}", "status", "conditions", "type", "Finished",
+                            "status", "True", "lastTransitionTime", when);
+    json_t *same = sbx_new_condition("Finished", "True", "PodFailed", "", was, NULL);
+    json_t *flip = sbx_new_condition("Finished", "False", "X", "", was, NULL);
+    json_t *other = sbx_new_condition("Ready", "True", "X", "", was, NULL);
+    ok(!strcmp(json_string_value(json_object_get(same, "lastTransitionTime")), when) &&
+           !strcmp(json_string_value(json_object_get(same, "reason")), "PodFailed"),
+       "unchanged status: transition time kept");
+    ok(strcmp(json_string_value(json_object_get(flip, "lastTransitionTime")), when) != 0,
+       "changed status: a new transition time");
+    ok(strcmp(json_string_value(json_object_get(other, "lastTransitionTime")), when) != 0 &&
+           !strcmp(json_string_value(json_object_get(other, "type")), "Ready"),
+       "another type: its own transition time");
+    json_decref(was);
+    json_decref(same);
+    json_decref(flip);
+    json_decref(other);
 
     ok(sbx_split_key("ns/name", ns, sizeof(ns), &name) == 0 && !strcmp(ns, "ns") &&
            !strcmp(name, "name"),

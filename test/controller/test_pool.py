@@ -41,6 +41,16 @@ def owned_by(k, ns, kind, name):
     return out
 
 
+def network_policy(k, ns, tpl):
+    """The NetworkPolicy of template tpl, or None."""
+    try:
+        return k.request("GET", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{tpl}-network-policy")
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
+
+
 def ready_count(sbs):
     return sum(1 for sb in sbs if (condition(sb) or {}).get("status") == "True")
 
@@ -227,6 +237,73 @@ def test_claim_lifecycle_expires_its_sandbox(cluster, namespace, controller):
     assert k.find(*SB, namespace, name), "Retain keeps the Sandbox"
 
 
+def test_claim_ttl_after_finished(cluster, namespace, controller):
+    """lifecycle.ttlSecondsAfterFinished, as the reference: a sandbox whose Pod reached a terminal
+    phase says Finished; that long after, a Delete claim goes with its sandbox, a Retain claim
+    stays and its sandbox expires; a claim without a TTL keeps its finished sandbox."""
+    k = cluster.admin
+    template(k, namespace)
+    pool(k, namespace, "p", 3)
+    wait_pool_ready(k, namespace, "p", 3)
+    claim(k, namespace, "del", "p", lifecycle={"ttlSecondsAfterFinished": 2, "shutdownPolicy": "Delete"})
+    claim(k, namespace, "ret", "p", lifecycle={"ttlSecondsAfterFinished": 2})
+    claim(k, namespace, "keep", "p")
+    sb = {c: wait_claim_ready(k, namespace, c)["status"]["sandbox"]["name"] for c in ("del", "ret", "keep")}
+    for c, phase in (("del", "Succeeded"), ("ret", "Failed"), ("keep", "Succeeded")):
+        k.patch("v1", "Pod", namespace, sb[c], {"status": {
+            "phase": phase, "conditions": [{"type": "Ready", "status": "False"}]}}, sub="status")
+    for c, reason in (("ret", "PodFailed"), ("keep", "PodSucceeded")):
+        fin = wait_until(lambda c=c: condition(k.get(*SB, namespace, sb[c]), "Finished"), WAIT,
+                         what=f"the sandbox of {c} Finished")
+        assert (fin["status"], fin["reason"]) == ("True", reason)
+        mirrored = wait_until(lambda c=c: condition(k.get(*CLAIM, namespace, c), "Finished"), WAIT,
+                              what=f"claim {c} mirroring Finished")
+        assert mirrored["lastTransitionTime"] == fin["lastTransitionTime"]
+
+    wait_until(lambda: k.find(*CLAIM, namespace, "del") is None, WAIT, what="the Delete claim deleted")
+    wait_until(lambda: k.find(*SB, namespace, sb["del"]) is None, WAIT, what="its sandbox deleted")
+    wait_until(lambda: (condition(k.get(*SB, namespace, sb["ret"])) or {}).get("reason") == "SandboxExpired",
+               WAIT, what="the Retain claim's sandbox expired")
+    wait_until(lambda: k.find("v1", "Pod", namespace, sb["ret"]) is None, WAIT, what="its pod removed")
+    assert k.get(*SB, namespace, sb["ret"])["spec"]["shutdownPolicy"] == "Retain"
+    wait_until(lambda: (condition(k.get(*CLAIM, namespace, "ret")) or {}).get("reason") == "SandboxExpired",
+               WAIT, what="the Retain claim says so")
+    # No TTL: the finished sandbox and its claim stay, well past the others' TTL.
+    assert k.find(*CLAIM, namespace, "keep") and k.find("v1", "Pod", namespace, sb["keep"])
+    assert "shutdownTime" not in k.get(*SB, namespace, sb["keep"])["spec"]
+
+
+def test_pool_update_strategy(cluster, namespace, controller):
+    """updateStrategy, as the reference: when the template's pod template changes, a Recreate
+    pool replaces its warm sandboxes with fresh ones, an OnReplenish (default) pool keeps them;
+    a claimed sandbox is never touched."""
+    k = cluster.admin
+    template(k, namespace)
+    k.create({"apiVersion": EXT, "kind": "SandboxWarmPool", "metadata": {"name": "rec", "namespace": namespace},
+              "spec": {"replicas": 2, "sandboxTemplateRef": {"name": "tpl"},
+                       "updateStrategy": {"type": "Recreate"}}})
+    pool(k, namespace, "onr", 2)
+    wait_pool_ready(k, namespace, "rec", 2)
+    wait_pool_ready(k, namespace, "onr", 2)
+    claim(k, namespace, "c", "rec")
+    claimed = wait_claim_ready(k, namespace, "c")["status"]["sandbox"]["name"]
+    wait_pool_ready(k, namespace, "rec", 2)
+    names = lambda p: {s["metadata"]["name"] for s in owned_by(k, namespace, "SandboxWarmPool", p)}  # noqa: E731
+    old_rec, old_onr = names("rec"), names("onr")
+
+    k.patch(*TEMPLATE, namespace, "tpl", {"spec": {"podTemplate": {"metadata": {"labels": {"v": "2"}}, "spec": {
+        "containers": [{"name": "main", "image": "python:3.12", "command": ["python3", "-m", "http.server", "81"]}]}}}})
+    wait_until(lambda: not names("rec") & old_rec, WAIT, what="the Recreate pool's stale sandboxes replaced")
+    wait_pool_ready(k, namespace, "rec", 2)
+    for s in owned_by(k, namespace, "SandboxWarmPool", "rec"):
+        assert s["spec"]["podTemplate"]["spec"]["containers"][0]["command"][-1] == "81"
+        assert s["spec"]["podTemplate"]["metadata"]["labels"]["v"] == "2"
+    assert names("onr") == old_onr, "OnReplenish keeps its warm sandboxes"
+    sb = k.get(*SB, namespace, claimed)
+    assert sb["spec"]["podTemplate"]["spec"]["containers"][0]["command"][-1] == "http.server", "claimed: untouched"
+    assert "deletionTimestamp" not in sb["metadata"]
+
+
 def test_never_ready_replaced_unschedulable_held(cluster, namespace, start_controller):
     ctrl = start_controller("--sandbox-warm-pool-readiness-grace-period=2s",
                             "--sandbox-warm-pool-unschedulable-recheck-interval=1s")
@@ -261,15 +338,7 @@ def test_template_network_policy(cluster, namespace, controller):
     k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "fenced", "namespace": namespace},
               "spec": {"networkPolicy": rules, "podTemplate": {"spec": {
                   "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "inf"]}]}}}})
-    np_path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/fenced-network-policy"
-
-    def policy():
-        try:
-            return k.request("GET", np_path)
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+    policy = lambda: network_policy(k, namespace, "fenced")  # noqa: E731
     np = wait_until(policy, WAIT, what="the template's NetworkPolicy")
     assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert np["spec"]["ingress"][0]["ports"][0]["port"] == 8080
@@ -281,9 +350,51 @@ def test_template_network_policy(cluster, namespace, controller):
     sb = wait_until(lambda: owned_by(k, namespace, "SandboxWarmPool", "fp"), WAIT, what="pool sandbox")[0]
     pod = wait_until(lambda: k.find("v1", "Pod", namespace, sb["metadata"]["name"]), WAIT, what="its pod")
     assert pod["metadata"]["labels"][label] == value, "the policy selects the pool's pods"
+    assert pod["spec"].get("dnsPolicy") != "None", "its own rules: cluster DNS left alone"
 
     k.patch(*TEMPLATE, namespace, "fenced", {"spec": {"networkPolicyManagement": "Unmanaged"}})
     wait_until(lambda: policy() is None, WAIT, what="the policy removed when Unmanaged")
+
+
+def test_template_default_network_policy(cluster, namespace, controller):
+    """A template without networkPolicy gets the secure default, as the reference: ingress only to
+    sandboxd's two ports, egress only to public addresses; Unmanaged opts out, Managed brings it
+    back, and it goes with the template."""
+    k = cluster.admin
+    template(k, namespace, "open")
+    policy = lambda: network_policy(k, namespace, "open")  # noqa: E731
+    np = wait_until(policy, WAIT, what="the template's default NetworkPolicy")
+    owner, = np["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("SandboxTemplate", "open", True)
+    assert owner["uid"] == k.get(*TEMPLATE, namespace, "open")["metadata"]["uid"]
+    spec = np["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    rule, = spec["ingress"]
+    assert "from" not in rule, "any peer, but only to sandboxd's ports"
+    assert sorted((p["protocol"], p["port"]) for p in rule["ports"]) == [("TCP", 8080), ("TCP", 9090)]
+    rule, = spec["egress"]
+    assert "ports" not in rule
+    blocks = {p["ipBlock"]["cidr"]: sorted(p["ipBlock"]["except"]) for p in rule["to"]}
+    assert blocks == {"0.0.0.0/0": ["10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"],
+                      "::/0": ["fc00::/7", "fe80::/10"]}
+    (label, value), = spec["podSelector"]["matchLabels"].items()
+
+    pool(k, namespace, "op", 1, tpl="open")
+    sb = wait_until(lambda: owned_by(k, namespace, "SandboxWarmPool", "op"), WAIT, what="pool sandbox")[0]
+    pod = wait_until(lambda: k.find("v1", "Pod", namespace, sb["metadata"]["name"]), WAIT, what="its pod")
+    assert pod["metadata"]["labels"][label] == value, "the policy selects the template's pods"
+    # Cluster DNS is out of reach: public resolvers instead, as the reference.
+    assert pod["spec"]["dnsPolicy"] == "None"
+    assert pod["spec"]["dnsConfig"]["nameservers"] == ["8.8.8.8", "1.1.1.1"]
+
+    k.patch(*TEMPLATE, namespace, "open", {"spec": {"networkPolicyManagement": "Unmanaged"}})
+    wait_until(lambda: policy() is None, WAIT, what="the default policy removed when Unmanaged")
+    k.patch(*TEMPLATE, namespace, "open", {"spec": {"networkPolicyManagement": "Managed"}})
+    wait_until(policy, WAIT, what="the default policy back when Managed")
+
+    k.delete(*POOL, namespace, "op")
+    k.delete(*TEMPLATE, namespace, "open")
+    wait_until(lambda: policy() is None, WAIT, what="the policy gone with its template")
 
 
 def test_replenish_delay_defers_the_refill(cluster, namespace, start_controller):
