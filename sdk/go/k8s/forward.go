@@ -95,6 +95,10 @@ func (l *Lease) PortForward(ctx context.Context) (*Forward, error) {
 		if strings.Contains(err.Error(), " is forbidden: ") {
 			return nil, &sandboxd.Error{Code: "PERMISSION_DENIED", Message: what + ": " + err.Error()}
 		}
+		// The pod went between the check above and the upgrade.
+		if strings.Contains(err.Error(), fmt.Sprintf("pods %q not found", l.Sandbox)) {
+			return nil, &sandboxd.Error{Code: "NOT_FOUND", Message: what + ": " + err.Error()}
+		}
 		return nil, apiError(what, err)
 	case <-ctx.Done():
 		close(f.stop)
