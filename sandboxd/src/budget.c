@@ -7,7 +7,7 @@ void sbx_budget_init(struct sbx_budget *b, size_t max)
     b->refused = 0;
 }
 
-size_t sbx_budget_take_upto(struct sbx_budget *b, size_t want, size_t least)
+static size_t take_upto(struct sbx_budget *b, size_t want, size_t least)
 {
     size_t used, n;
 
@@ -34,7 +34,12 @@ size_t sbx_budget_take_upto(struct sbx_budget *b, size_t want, size_t least)
 
 bool sbx_budget_take(struct sbx_budget *b, size_t n)
 {
-    return sbx_budget_take_upto(b, n, n) == n;
+    return take_upto(b, n, n) == n;
+}
+
+size_t sbx_budget_take_some(struct sbx_budget *b, size_t want)
+{
+    return take_upto(b, want, want < 4096 ? want : 4096);
 }
 
 void sbx_budget_give(struct sbx_budget *b, size_t n)

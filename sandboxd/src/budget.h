@@ -18,9 +18,10 @@ void sbx_budget_init(struct sbx_budget *b, size_t max);
 
 /* Takes n bytes when they fit; false (and counted as refused) otherwise. b NULL: no bound. */
 bool sbx_budget_take(struct sbx_budget *b, size_t n);
-/* Takes as much of want as is left, if that is at least least (else nothing); returns what it
- * took. What it did not take of want counts as refused. */
-size_t sbx_budget_take_upto(struct sbx_budget *b, size_t want, size_t least);
+/* Takes as much of want as is left, if that is at least a page's worth (or all of want when it
+ * is smaller); else nothing. Returns what it took; what it did not take counts as refused. For a
+ * buffer that grows: near the bound it grows less. */
+size_t sbx_budget_take_some(struct sbx_budget *b, size_t want);
 void sbx_budget_give(struct sbx_budget *b, size_t n);
 
 size_t sbx_budget_used(const struct sbx_budget *b);

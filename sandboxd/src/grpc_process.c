@@ -165,7 +165,7 @@ static void capture_grow(struct pcall *c, enum sbx_stream s, size_t need)
     if (cap > c->max_output)
         cap = c->max_output;
     want = cap - c->cap[s];
-    cap = c->cap[s] + sbx_budget_take_upto(c->budget, want, want < 4096 ? want : 4096);
+    cap = c->cap[s] + sbx_budget_take_some(c->budget, want);
     if (cap - c->cap[s] < want) {
         if (!c->refused)
             log_warn(ENOBUFS, "execute: output memory budget (--max-output-memory) exhausted: "

@@ -41,9 +41,7 @@ static void grow(struct sbx_ring *r, size_t need)
         cap = r->max;
     if (cap <= r->cap)
         return;
-    /* What the budget gives, down to a page's worth: a ring near the bound grows less. */
-    cap = r->cap +
-          sbx_budget_take_upto(r->budget, cap - r->cap, cap - r->cap < 4096 ? cap - r->cap : 4096);
+    cap = r->cap + sbx_budget_take_some(r->budget, cap - r->cap);
     if (cap == r->cap)
         return;
     n = *r;
