@@ -390,6 +390,7 @@ static struct sbx_job *job_new(struct sbx_jobs *j, const struct sbx_job_spec *s,
     job->pty = s->proc.pty;
     job->has_stdin = !s->proc.stdin_null || s->proc.pty;
     job->timeout_ms = s->timeout_ms;
+    job->phase = s->timeout_ms ? PHASE_TIMEOUT : PHASE_NONE; /* the timer is armed once started */
     job->grace_ms = s->grace_ms ? s->grace_ms : j->o.default_grace_ms;
     job->timer.watch.fd = -1;
     pthread_mutex_init(&job->lock, NULL);
@@ -473,11 +474,12 @@ int sbx_job_start(struct sbx_jobs *j, const struct sbx_job_spec *s, struct sbx_j
     job->id = sbx_proc_id(job->proc);
     job->pid = sbx_proc_pid(job->proc);
     pthread_mutex_unlock(&j->lock);
+    /* Armed now that the process is known. Its exit may have come first: the phase, set before
+     * the start, kept the timeout for what it left in its cgroup (a fork bomb's top returns at
+     * once), or the exit already moved on to the retention. */
     pthread_mutex_lock(&job->lock);
-    if (job->timeout_ms && !job->exited && timer_locked(job)) {
-        job->phase = PHASE_TIMEOUT;
+    if (job->phase == PHASE_TIMEOUT && timer_locked(job))
         (void)sbx_timer_arm(&job->timer, job->timeout_ms);
-    }
     pthread_mutex_unlock(&job->lock);
     *ret = job;
     return 0;

@@ -40,7 +40,7 @@ step limits run '{"command":["sh","-c","c=/sys/fs/cgroup$(sed s/0:://  /proc/sel
 step hog run '{"command":["dd","if=/dev/zero","of=/dev/null","bs=200M","count=1"],"limits":{"memory_bytes":67108864}}'
 step hog-below-shell run '{"command":["sh","-c","dd if=/dev/zero of=/dev/null bs=200M count=1; exit $?"],"limits":{"memory_bytes":67108864}}'
 step hog-unlimited run '{"command":["dd","if=/dev/zero","of=/dev/null","bs=200M","count=1"]}'
-step bomb g sandboxd.v1.Processes/Spawn '{"spec":{"command":["sh","-c","cat /proc/self/cgroup; b() { b | b & }; b"],"limits":{"pids":32},"timeout_ms":2000,"grace_ms":300}}'
+step bomb g sandboxd.v1.Processes/Spawn '{"spec":{"command":["sh","-c","cat /proc/self/cgroup; sleep 1000 & b() { b | b & }; b"],"limits":{"pids":32},"timeout_ms":2000,"grace_ms":300}}'
 i=0; while ! grep -q "timeout of 2000 ms: SIGKILL" /tmp/log && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 sleep 1
 c=$(ls -d /sys/fs/cgroup/sandboxd-*-5)
