@@ -1,13 +1,20 @@
 """The controller at scale, on the real control plane of test/controller (etcd, kube-apiserver,
-kube-scheduler, kwok): a pool of N warm sandboxes, N claims against it, then M Suspended
-Sandboxes listed. Prints one table; a benchmark, not a test: it never fails on a figure.
+kube-scheduler, kwok): a pool of N warm sandboxes; S claims sent one at a time (the latency a
+claim has when the control plane is not saturated); C claims from K clients at once, each sending
+its next claim once the last is Ready (a closed loop: latency there is K / throughput, so on a
+machine the whole control plane shares it measures throughput); then M Suspended Sandboxes in a
+namespace of their own, listed. Prints one table (measure, ours, reference, floor, ratio, target,
+result; the reference column holds --baseline-bin's figure, there being no reference controller
+to run here); a benchmark, not a test: it never fails on a figure.
 
 Figures:
   claim latency   client side: from sending the claim's POST to its Ready=True event on a watch
                   the driver holds (p50/p90/p99, nearest rank); controller side: the
                   sandboxd_controller_claim_ready_seconds histogram (bucket bounds)
   floor           one raw API write round trip (a merge patch of a ConfigMap on a kept-alive
-                  connection), measured in the same run, and a claim's latency as a multiple of it
+                  connection), p50, idle and 20 a second during each round of claims. A warm
+                  claim is at least the claim's POST, a watch event in, two writes and a watch
+                  event out
   writes          claim writes per claim (the controller's counter) and every API write of the
                   controller during the claims (refills included), per claim; 429s
   RSS, CPU        the controller's VmRSS and utime+stime from /proc
@@ -22,6 +29,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import ssl
 import sys
 import tempfile
@@ -96,6 +104,7 @@ class ClaimWatch(threading.Thread):
         self.cluster, self.ns, self.rv = cluster, ns, rv
         self.ready = {}
         self.cond = threading.Condition()
+        self.conn, self.stopped = None, False
 
     def run(self):
         try:
@@ -106,7 +115,10 @@ class ClaimWatch(threading.Thread):
     def watch(self):
         ctx = ssl.create_default_context(cafile=str(self.cluster.ca))
         while True:
-            c = http.client.HTTPSConnection("127.0.0.1", self.cluster.port, context=ctx, timeout=600)
+            if self.stopped:
+                return
+            c = self.conn = http.client.HTTPSConnection("127.0.0.1", self.cluster.port,
+                                                        context=ctx, timeout=600)
             c.request("GET", CLAIMS_PATH.format(ns=self.ns) +
                       f"?watch=1&allowWatchBookmarks=true&resourceVersion={self.rv}",
                       headers={"Authorization": f"Bearer {self.cluster.tokens['admin']}"})
@@ -123,6 +135,13 @@ class ClaimWatch(threading.Thread):
                     with self.cond:
                         self.ready.setdefault(obj["metadata"]["name"], now)
                         self.cond.notify_all()
+
+    def stop(self):
+        """Ends the watch (its thread stops parsing events the next round would pay for)."""
+        self.stopped = True
+        if self.conn is not None and self.conn.sock is not None:
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        self.join(10)
 
     def wait(self, name, timeout):
         with self.cond:
@@ -211,124 +230,182 @@ def create_suspended(cluster, ns, m, threads=8):
         list(ex.map(make, range(m)))
 
 
-def claims_phase(args, cluster, ctrl):
-    """The pool fills; the claims; their rows."""
-    k, ns = cluster.admin, "bench"
-    # The pool.
+def fill_pool(args, k, ns, ctrl):
+    """Creates the pool and waits for all of it to be Ready; seconds it took."""
     template(k, ns)
     t = time.monotonic()
     pool(k, ns, "bench", args.pool)
-    wait_until(lambda: k.get(EXT, "SandboxWarmPool", ns, "bench").get("status", {})
-               .get("readyReplicas") == args.pool, 900, interval=1, what=f"{args.pool} ready")
+    refilled(k, ns, args.pool)
     fill_s = time.monotonic() - t
     settle(ctrl, 300)
-    rss_pool, _ = proc_rss_cpu(ctrl.p.pid)
+    return fill_s
 
+
+def refilled(k, ns, n):
+    wait_until(lambda: k.get(EXT, "SandboxWarmPool", ns, "bench").get("status", {})
+               .get("readyReplicas") == n, 900, interval=1, what=f"{n} ready")
+
+
+class Round:
+    """n claims on the pool by `clients` clients, each waiting for its claim's Ready on a watch
+    before sending the next: latencies, wall time, the controller's counters and CPU around it,
+    and the API write floor measured 20 times a second meanwhile."""
+
+    def __init__(self, cluster, ctrl, ns, prefix, n, clients):
+        k = cluster.admin
+        floor = Floor(cluster, ns, f"floor-{prefix}")
+        floor.start()
+        rv = k.request("GET", CLAIMS_PATH.format(ns=ns))["metadata"]["resourceVersion"]
+        watch = ClaimWatch(cluster, ns, rv)
+        watch.start()
+        self.before = ctrl.metrics()
+        _, cpu0 = proc_rss_cpu(ctrl.p.pid)
+        self.lat, self.n, self.clients = [], n, clients
+        local = threading.local()
+
+        def one(i):
+            if not hasattr(local, "c"):
+                local.c = Conn(cluster)
+            name = f"{prefix}{i:04d}"
+            t0 = time.monotonic()
+            local.c.request("POST", CLAIMS_PATH.format(ns=ns), {
+                "apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": name},
+                "spec": {"warmPoolRef": {"name": "bench"}}})
+            self.lat.append(watch.wait(name, 300) - t0)
+        t = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(clients) as ex:
+            list(ex.map(one, range(n)))
+        self.seconds = time.monotonic() - t
+        watch.stop()
+        self.floor = floor.stop()
+        self.floor_n = len(floor.lat)
+        self.after = ctrl.metrics()
+        self.rss, cpu1 = proc_rss_cpu(ctrl.p.pid)
+        self.cpu = cpu1 - cpu0
+
+    def d(self, name):
+        return self.after.get(name, 0) - self.before.get(name, 0)
+
+    def p(self, q):
+        return pct(self.lat, q) * 1e3
+
+    def rows(self, label, goal_ms):
+        """Rows of the standard table: measure, ours, reference, floor, ratio, target, result."""
+        p50 = self.p(0.5)
+        warm = self.d('sandboxd_controller_claims_total{start="warm"}')
+        return [
+            (f"warm claim p50 ms, {label} (client: POST to Ready=True on a watch) vs one API "
+             f"write during the round", f"{p50:.1f}", "", f"{self.floor * 1e3:.1f}",
+             f"{p50 / (self.floor * 1e3):.1f}×", f"≤ {goal_ms} ms" if goal_ms else "—",
+             ("PASS" if p50 <= goal_ms else "FAIL") if goal_ms else "info"),
+            (f"warm claim p90 / p99 ms, {label}", f"{self.p(0.9):.1f} / {self.p(0.99):.1f}",
+             "", "", "", "—", "info"),
+            (f"warm claim p50 / p90 / p99 ≤ ms, {label} (controller: first seen to Ready "
+             f"written, bucket bounds)",
+             " / ".join(f"{hist_bound(self.after, CLAIM_HIST, WARM, q, self.before) * 1e3:g}"
+                        for q in (0.5, 0.9, 0.99)), "", "", "", "—", "info"),
+            (f"claims/s, {label} ({self.n} claims, {warm:.0f} warm)",
+             f"{self.n / self.seconds:.1f}", "", "", "", "—", "info"),
+            (f"claim writes per claim, {label}",
+             f"{self.d('sandboxd_controller_claim_writes_total') / self.n:.2f}", "", "", "",
+             "≤ 3", "PASS" if self.d('sandboxd_controller_claim_writes_total') <= 3 * self.n
+             else "FAIL"),
+            (f"API writes per claim, refills included, {label}",
+             f"{self.d('sandboxd_controller_api_writes_total') / self.n:.2f}", "", "", "", "—",
+             "info"),
+            (f"429s, {label}", f"{self.d('sandboxd_controller_api_throttled_total'):.0f}", "", "",
+             "", "0", "PASS" if self.d('sandboxd_controller_api_throttled_total') == 0
+             else "FAIL"),
+            (f"watch lag of our writes p50 / p99 ≤ ms, {label}",
+             " / ".join(f"{hist_bound(self.after, LAG_HIST, SANDBOXES, q, self.before) * 1e3:g}"
+                        for q in (0.5, 0.99)), "", "", "", "—", "info"),
+            (f"controller CPU ms a claim, {label}", f"{self.cpu / self.n * 1e3:.2f}", "", "", "",
+             "—", "info"),
+        ]
+
+
+def claims_phase(args, cluster, ctrl):
+    """The pool fills; claims one at a time, then in a burst; their rows."""
+    k, ns = cluster.admin, "bench"
+    fill_s = fill_pool(args, k, ns, ctrl)
+    rss_pool, _ = proc_rss_cpu(ctrl.p.pid)
     idle_floor = Floor(cluster, ns, "floor-idle", 200)
     idle_floor.run()
-    floor = pct(idle_floor.lat, 0.5)
-    busy_floor = Floor(cluster, ns, "floor-busy")
-    busy_floor.start()
-
-    # The claims: `concurrency` clients, each waiting for its claim's Ready before the next.
-    claims_rv = k.request("GET", CLAIMS_PATH.format(ns=ns))["metadata"]["resourceVersion"]
-    watch = ClaimWatch(cluster, ns, claims_rv)
-    watch.start()
-    before = ctrl.metrics()
-    _, cpu0 = proc_rss_cpu(ctrl.p.pid)
-    lat = []
-    local = threading.local()
-
-    def one(i):
-        if not hasattr(local, "c"):
-            local.c = Conn(cluster)
-        name = f"c{i:04d}"
-        t0 = time.monotonic()
-        local.c.request("POST", CLAIMS_PATH.format(ns=ns), {
-            "apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": name},
-            "spec": {"warmPoolRef": {"name": "bench"}}})
-        lat.append(watch.wait(name, 300) - t0)
-    t = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(args.concurrency) as ex:
-        list(ex.map(one, range(args.claims)))
-    claims_s = time.monotonic() - t
-    busy = busy_floor.stop()
-    after = ctrl.metrics()
-    rss_claims, cpu1 = proc_rss_cpu(ctrl.p.pid)
-
-    def d(name):
-        return after.get(name, 0) - before.get(name, 0)
-    warm = d('sandboxd_controller_claims_total{start="warm"}')
-    cold = d('sandboxd_controller_claims_total{start="cold"}')
-    p50 = pct(lat, 0.5)
-    return [
-        ("pool fill", f"{args.pool} ready in {fill_s:.1f} s ({args.pool / fill_s:.0f}/s)"),
-        ("claims", f"{args.claims} with {args.concurrency} clients in {claims_s:.1f} s "
-                   f"({args.claims / claims_s:.0f}/s): {warm:.0f} warm, {cold:.0f} cold"),
-        ("floor: one API write p50, idle / during the claims",
-         f"{floor * 1e3:.1f} / {busy * 1e3:.1f} ms (a merge patch on a kept-alive connection; "
-         f"{len(busy_floor.lat)} during the claims)"),
-        ("claim latency (client) p50/p90/p99",
-         f"{p50 * 1e3:.1f} / {pct(lat, 0.9) * 1e3:.1f} / {pct(lat, 0.99) * 1e3:.1f} ms"),
-        ("  p50 as writes of the floor, idle / during",
-         f"{p50 / floor:.1f} / {p50 / busy:.1f}"),
-        ("claim latency (controller) p50/p90/p99 <=",
-         " / ".join(f"{hist_bound(after, CLAIM_HIST, WARM, q, before) * 1e3:g}"
-                    for q in (0.5, 0.9, 0.99)) + " ms (bucket bounds, warm)"),
-        ("claim writes per claim", f"{d('sandboxd_controller_claim_writes_total') / args.claims:.2f}"),
-        ("API writes per claim (refills included)",
-         f"{d('sandboxd_controller_api_writes_total') / args.claims:.2f}"),
-        ("429s", f"{after['sandboxd_controller_api_throttled_total']:.0f}"),
-        ("watch lag p50/p99 <= (sandboxes)",
-         " / ".join(f"{hist_bound(after, LAG_HIST, SANDBOXES, q, before) * 1e3:g}"
-                    for q in (0.5, 0.99)) + " ms"),
-        ("controller CPU during claims",
-         f"{cpu1 - cpu0:.2f} s ({(cpu1 - cpu0) / args.claims * 1e3:.2f} ms a claim)"),
-        ("controller RSS", f"{rss_pool:.1f} MiB with the pool, {rss_claims:.1f} MiB after the claims"),
-    ]
+    floor = pct(idle_floor.lat, 0.5) * 1e3
+    rows = [(f"pool fill: {args.pool} Sandboxes Ready, per second", f"{args.pool / fill_s:.0f}",
+             "", "", "", "—", "info"),
+            ("floor: one API write p50 ms, idle (a merge patch on a kept-alive connection)",
+             f"{floor:.1f}", "", "", "", "—", "info")]
+    if args.serial:
+        one = Round(cluster, ctrl, ns, "s", args.serial, 1)
+        rows += one.rows("one client at a time", 50)
+        refilled(k, ns, args.pool)
+        settle(ctrl, 300)
+    if args.claims:
+        burst = Round(cluster, ctrl, ns, "c", args.claims, args.concurrency)
+        rows += burst.rows(f"{args.concurrency} clients at once", 0)
+        rows.append(("controller RSS MiB, with the pool / after the claims",
+                     f"{rss_pool:.1f} / {burst.rss:.1f}", "", "", "", "—", "info"))
+    return rows
 
 
 def run(args, cluster):
     k = cluster.admin
-    ns = "bench"
-    k.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    k.create({"apiVersion": "v1", "kind": "ServiceAccount",
-              "metadata": {"name": "default", "namespace": ns}})
+    for ns in ("bench", "idle"):
+        k.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        k.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                  "metadata": {"name": "default", "namespace": ns}})
     rows = []
     flags = [f"--kube-api-qps={args.qps}", f"--kube-api-burst={args.burst}",
              f"--api-connections={args.connections}", f"--log-level={args.log_level}",
              f"--sandbox-warm-pool-max-refill-rate={args.refill_rate}", *args.flag]
-    os.environ["SANDBOXD_CONTROLLER_BIN"] = args.bin
-    ctrl = Controller(cluster, ns, *flags)
-    wait_until(lambda: ctrl.http("/readyz")[0] == 200, 60, interval=0.2, what="controller ready")
-
     if args.pool:
-        rows += claims_phase(args, cluster, ctrl)
-    settle(ctrl, 600)
-    ctrl.stop()
+        os.environ["SANDBOXD_CONTROLLER_BIN"] = args.bin
+        ctrl = Controller(cluster, "bench", *flags)
+        try:
+            wait_until(lambda: ctrl.http("/readyz")[0] == 200, 60, interval=0.2,
+                       what="controller ready")
+            rows += claims_phase(args, cluster, ctrl)
+            settle(ctrl, 600)
+        finally:
+            ctrl.stop()
+    if not args.idle:
+        return rows
 
-    # M Suspended Sandboxes, listed by a fresh controller.
+    # M Suspended Sandboxes in a namespace of their own, listed by a fresh controller.
     t = time.monotonic()
-    create_suspended(cluster, ns, args.idle)
+    create_suspended(cluster, "idle", args.idle)
     create_s = time.monotonic() - t
-    sandboxes = args.idle + (2 * args.pool if args.pool else 0)
     # A first controller writes their status (Suspended); the measured ones find them settled.
-    rss_w, cpu_w, _ = listed_rss(cluster, ns, args.bin, flags, "controller-statuses")
-    rss, cpu, ready_s = listed_rss(cluster, ns, args.bin, flags, "controller-10k")
-    rows.append((f"{args.idle} Suspended Sandboxes",
-                 f"created in {create_s:.0f} s; their statuses written with {cpu_w:.1f} s of "
-                 f"controller CPU (RSS then {rss_w:.1f} MiB)"))
-    rows.append((f"RSS with {sandboxes} Sandboxes listed",
-                 f"{rss:.1f} MiB (ours; listed and synced in {ready_s:.1f} s, {cpu:.1f} s CPU "
-                 f"until idle)"))
+    rss_w, cpu_w, _ = listed_rss(cluster, "idle", args.bin, flags, "controller-statuses")
+    rss, cpu, ready_s = listed_rss(cluster, "idle", args.bin, flags, "controller-10k")
+    base = ("", "")
     if args.baseline_bin:
         base_flags = [f for f in flags if not f.startswith("--api-connections")]
-        rss_b, cpu_b, ready_b = listed_rss(cluster, ns, args.baseline_bin, base_flags,
+        rss_b, cpu_b, ready_b = listed_rss(cluster, "idle", args.baseline_bin, base_flags,
                                            "baseline-10k")
-        rows.append((f"RSS with {sandboxes} Sandboxes listed (baseline)",
-                     f"{rss_b:.1f} MiB ({args.baseline_label}; synced in {ready_b:.1f} s, "
-                     f"{cpu_b:.1f} s CPU)"))
+        base = (f"{rss_b:.1f}", f"{rss / rss_b:.2f}×")
+    goal = 64 if args.idle >= 10000 else 0  # issue 6's goal: at 10,000
+    rows.append((f"controller RSS MiB, {args.idle} Sandboxes listed (reference column: "
+                 f"{args.baseline_label if args.baseline_bin else 'no baseline'})",
+                 f"{rss:.1f}", base[0], "", base[1], f"≤ {goal} MiB" if goal else "—",
+                 ("PASS" if rss <= goal else "FAIL") if goal else "info"))
+    rows.append((f"{args.idle} Sandboxes: listed and synced s, controller CPU s until idle",
+                 f"{ready_s:.1f}, {cpu:.1f}", "", "", "", "—", "info"))
+    rows.append((f"{args.idle} Suspended Sandboxes: created s, their statuses written (CPU s, "
+                 f"RSS MiB)", f"{create_s:.0f}, {cpu_w:.1f}, {rss_w:.1f}", "", "", "", "—",
+                 "info"))
     return rows
+
+
+HEAD = ["measure", "ours", "reference", "floor", "ratio", "target", "result"]
+
+
+def table(rows):
+    w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEAD)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(cells)) + " |"  # noqa: E731
+    return "\n".join([line(HEAD), "|" + "|".join("-" * (x + 2) for x in w) + "|",
+                      *(line(r) for r in rows)])
 
 
 def main():
@@ -338,7 +415,8 @@ def main():
     ap.add_argument("--baseline-bin", help="another build, for the RSS of the listed case")
     ap.add_argument("--baseline-label", default="baseline")
     ap.add_argument("--pool", type=int, default=500)
-    ap.add_argument("--claims", type=int, default=500)
+    ap.add_argument("--serial", type=int, default=100, help="claims sent one at a time")
+    ap.add_argument("--claims", type=int, default=500, help="claims sent by --concurrency clients")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--idle", type=int, default=10000, help="Suspended Sandboxes for the RSS case")
     ap.add_argument("--qps", type=float, default=500)
@@ -349,6 +427,8 @@ def main():
     ap.add_argument("--flag", action="append", default=[],
                     help="another flag for the controller, e.g. --flag=--api-connections=16")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory")
+    ap.add_argument("--table", help="also write the table, with HEAD's lines above it, here")
+    ap.add_argument("--head", action="append", default=[], help="a line above the table")
     args = ap.parse_args()
     missing = missing_binaries()
     if missing:
@@ -363,10 +443,10 @@ def main():
             shutil.rmtree(d, ignore_errors=True)
         else:
             print(f"logs in {d}")
-    w = max(len(r[0]) for r in rows)
-    print(f"\n{'figure':<{w}}  value\n{'-' * w}  -----")
-    for name, value in rows:
-        print(f"{name:<{w}}  {value}")
+    text = table(rows)
+    print("\n" + text)
+    if args.table:
+        Path(args.table).write_text("".join(f"{h}  \n" for h in args.head) + "\n" + text + "\n")
 
 
 if __name__ == "__main__":
