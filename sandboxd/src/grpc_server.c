@@ -465,7 +465,10 @@ int sbx_grpc_listen(struct sbx_grpc *s, const char *addr, struct sbx_error *err)
 static void *cq_thread(void *arg)
 {
     struct sbx_grpc *s = arg;
+    struct sbx_error e = {0};
 
+    if (s->opts.thread_init && s->opts.thread_init(&e) < 0)
+        log_warn(e.code, "completion-queue thread: %s", e.msg);
     for (;;) {
         grpc_event ev =
             grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);

@@ -45,6 +45,9 @@ struct sbx_grpc_opts {
     /* When set, every call but those of grpc.health.v1 and server reflection needs the metadata
      * "authorization: Bearer <token>"; UNAUTHENTICATED otherwise. Borrowed. */
     struct sbx_auth *auth;
+    /* Run first on each completion-queue thread (where handlers run), when set; a failure is
+     * logged and the thread serves anyway. */
+    int (*thread_init)(struct sbx_error *err);
 };
 
 int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sbx_error *err);

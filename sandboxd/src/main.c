@@ -656,7 +656,8 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,
                                .threads = (int)arg_grpc_threads,
-                               .auth = d.auth};
+                               .auth = d.auth,
+                               .thread_init = sbx_spawn_confine_thread};
     int r;
 
     sbx_budget_init(&d.output_budget, (size_t)arg_max_output_memory);

@@ -88,12 +88,110 @@ bool sbx_spawn_has_default_profile(void)
     return iso_default != NULL;
 }
 
+static const struct sock_fprog *profile_of(const struct sbx_spawn *s)
+{
+    switch (s->confine.seccomp) {
+    case SBX_SPAWN_SECCOMP_OFF:
+        return NULL;
+    case SBX_SPAWN_SECCOMP_DEFAULT:
+        return iso_default;
+    default:
+        return iso_seccomp;
+    }
+}
+
+/* The program the calling thread runs under (sbx_spawn_confine_thread), which its children
+ * inherit; NULL on a thread without one. */
+static __thread const struct sock_fprog *thread_prog;
+
+/* One thread kept without a filter, made before the first thread takes one (a thread inherits
+ * its creator's filter), for the children a filtered thread cannot give what they ask: it runs
+ * their spawns one at a time, each for a caller that waits. */
+struct handoff {
+    const struct sbx_spawn *s;
+    struct sbx_spawned *ret;
+    struct sbx_error *err;
+    int r;
+    bool done;
+};
+
+static pthread_mutex_t handoff_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t handoff_cv = PTHREAD_COND_INITIALIZER;
+static struct handoff *handoff_slot;
+static pthread_once_t handoff_once = PTHREAD_ONCE_INIT;
+static int handoff_error = EAGAIN; /* 0 once the thread runs */
+
+static void *handoff_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&handoff_mu);
+    for (;;) {
+        while (!handoff_slot || handoff_slot->done)
+            pthread_cond_wait(&handoff_cv, &handoff_mu);
+        struct handoff *h = handoff_slot;
+        pthread_mutex_unlock(&handoff_mu);
+        h->r = sbx_spawn_run(h->s, h->ret, h->err);
+        pthread_mutex_lock(&handoff_mu);
+        h->done = true;
+        pthread_cond_broadcast(&handoff_cv);
+    }
+    return NULL;
+}
+
+static void start_handoff(void)
+{
+    pthread_t t;
+    sigset_t all, old;
+
+    /* Signals are for the daemon's own threads to take. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    handoff_error = pthread_create(&t, NULL, handoff_thread, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (handoff_error == 0)
+        pthread_detach(t);
+}
+
+static int spawn_elsewhere(const struct sbx_spawn *s, struct sbx_spawned *ret,
+                           struct sbx_error *err)
+{
+    struct handoff h = {.s = s, .ret = ret, .err = err};
+
+    pthread_mutex_lock(&handoff_mu);
+    while (handoff_slot)
+        pthread_cond_wait(&handoff_cv, &handoff_mu);
+    handoff_slot = &h;
+    pthread_cond_broadcast(&handoff_cv);
+    while (!h.done)
+        pthread_cond_wait(&handoff_cv, &handoff_mu);
+    handoff_slot = NULL;
+    pthread_cond_broadcast(&handoff_cv);
+    pthread_mutex_unlock(&handoff_mu);
+    return h.r;
+}
+
+int sbx_spawn_confine_thread(struct sbx_error *err)
+{
+    if (!iso_seccomp || thread_prog)
+        return 0;
+    pthread_once(&handoff_once, start_handoff);
+    if (handoff_error)
+        return sbx_error_set(err, handoff_error, "start the spawning thread without a filter");
+    /* The daemon's filter always comes with no_new_privs (main refuses the one without). */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) < 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, iso_seccomp, 0L, 0L) < 0)
+        return sbx_error_set(err, errno, "load the seccomp filter onto a spawning thread");
+    thread_prog = iso_seccomp;
+    return 0;
+}
+
 /* What the child reads, prepared by the parent. */
 struct child_args {
     const struct sbx_spawn *s;
-    int stdio[3];       /* become 0, 1, 2 */
-    int ctty;           /* fd of the pty slave to make the controlling tty, or -1 */
-    volatile int error; /* errno of the failed step, written by the child */
+    const struct sock_fprog *prog; /* to load, or NULL (none, or inherited from the thread) */
+    int stdio[3];                  /* become 0, 1, 2 */
+    int ctty;                      /* fd of the pty slave to make the controlling tty, or -1 */
+    volatile int error;            /* errno of the failed step, written by the child */
 };
 
 static int is_executable_file(const char *path)
@@ -192,7 +290,7 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
     struct child_args *a = arg;
     const struct sbx_spawn *s = a->s;
     struct sigaction dfl = {.sa_handler = SIG_DFL};
-    const struct sock_fprog *prog;
+    const struct sock_fprog *prog = a->prog;
     sigset_t none, ttou;
 
     for (int i = 0; i < s->confine.n_cgroup_fds; i++)
@@ -248,11 +346,9 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         goto fail;
     /* Anything a library opened without O_CLOEXEC must not leak into user code. */
     (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-    /* Last, so that nothing above runs under the filter; execve itself stays allowed. A filter
-     * always comes with no_new_privs. */
-    prog = s->confine.seccomp == SBX_SPAWN_SECCOMP_OFF       ? NULL
-           : s->confine.seccomp == SBX_SPAWN_SECCOMP_DEFAULT ? iso_default
-                                                             : iso_seccomp;
+    /* Last, so that nothing above runs under the filter (unless inherited from the thread,
+     * whose filter lets all of the above through); execve itself stays allowed. A filter always
+     * comes with no_new_privs. */
     if ((iso_no_new_privs || prog) && prctl(PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) < 0)
         goto fail;
     if (prog && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0L, 0L) < 0)
@@ -317,6 +413,11 @@ int sbx_spawn_run(const struct sbx_spawn *s, struct sbx_spawned *ret, struct sbx
     pid_t pid;
     int r;
 
+    a.prog = profile_of(s);
+    if (thread_prog && a.prog != thread_prog)
+        return spawn_elsewhere(s, ret, err); /* a filter cannot be taken off */
+    if (thread_prog)
+        a.prog = NULL; /* inherited */
     pthread_once(&ignored_once, find_ignored);
     pthread_once(&devnull_once, open_devnull);
     r = s->inherit_stdio ? 0 : make_stdio(s, parent, child, &a.ctty, err);

@@ -64,6 +64,21 @@ def test_default_profile_refuses_and_fork_works(sandboxd_factory, probe):
     assert any("seccomp default; no_new_privs on" in ln for ln in d.lines), d.log()
 
 
+def test_filter_is_loaded_once_per_spawning_thread(sandboxd_factory, probe):
+    """The daemon's filter is loaded onto the threads that spawn (the completion-queue threads),
+    which their children inherit, instead of once per child; the daemon's main thread, and the
+    thread kept for children that ask for no filter, stay without it."""
+    d = sandboxd_factory(["--grpc-threads", "2"])
+    for _ in range(4):
+        run_probe(d, probe)
+    base = own_status(d.proc.pid).get("Seccomp_filters", 0)
+    tasks = {t: own_status(f"{d.proc.pid}/task/{t}") for t in os.listdir(f"/proc/{d.proc.pid}/task")}
+    filtered = [t for t, st in tasks.items() if st.get("Seccomp_filters", 0) == base + 1]
+    assert 1 <= len(filtered) < len(tasks), tasks
+    assert tasks[str(d.proc.pid)].get("Seccomp_filters", 0) == base, tasks
+    assert all(st.get("Seccomp_filters", 0) in (base, base + 1) for st in tasks.values()), tasks
+
+
 def test_off_reaches_the_kernel(sandboxd_factory, probe):
     """The same calls without the filter, as root: the kernel's own answers, never the
     filter's. Together with the test above, this shows the EPERMs there are the filter's."""
