@@ -89,8 +89,9 @@ void sbx_spawn_set_isolation(const struct sock_fprog *seccomp, const struct sock
  * thread that spawns often: its children inherit it instead of each loading it between clone
  * and exec, where the kernel checks, converts and JIT-compiles it every time. The thread itself
  * then runs under the filter. A child that must not have it (a request's profile "off") is
- * spawned by a thread kept without it. After sbx_spawn_set_isolation; nothing to do when the
- * daemon's profile is off. Returns 0 or -errno (the thread is left as it was). */
+ * spawned by a thread kept without it. Threads a confined thread creates inherit the filter
+ * without knowing it: they must not spawn. After sbx_spawn_set_isolation; nothing to do when
+ * the daemon's profile is off. Returns 0 or -errno (the thread is left as it was). */
 int sbx_spawn_confine_thread(struct sbx_error *err);
 
 /* Whether a request may ask for the default profile (it was built and the kernel takes it). */
