@@ -115,6 +115,13 @@ for r in $(seq "$ROUNDS"); do
   echo "round $r done" >&2
 done
 
+{
+  echo "bench/ssh.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $ROUNDS rounds of $DURATION  "
+  echo "machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Linux $(uname -r); $(/usr/sbin/sshd -V 2>&1 | head -1)  "
+  echo "ours: the work tree at $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo ?)  "
+  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)  "
+  echo
+} >"$RUN/table.md"
 python3 - "$RES" "$RUN/table.md" <<'EOF'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -141,6 +148,6 @@ for c in (1, 16):
                 f"{ssh['rate']:.0f} | | {ours['rate'] / ssh['rate']:.1f}× more |")
 table = ["| figure | ours (Execute) | ssh (shared connection) | local spawn (floor) | ours vs ssh |",
          "|---|---:|---:|---:|---|"] + rows
-open(sys.argv[2], "w").write("\n".join(table) + "\n")
+open(sys.argv[2], "a").write("\n".join(table) + "\n")
 print("\n".join(table))
 EOF
