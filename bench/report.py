@@ -59,6 +59,13 @@ def header_lines(text):
     return out
 
 
+def trailer_lines(text, limit=8):
+    """The lines under the last table: run time, load average at the end, notes."""
+    lines = text.splitlines()
+    last = max((i for i, ln in enumerate(lines) if ln.startswith("|")), default=len(lines))
+    return [ln.strip() for ln in lines[last + 1:] if ln.strip()][:limit]
+
+
 def rows_standard(area, head, rows):
     """run.sh and rest.sh: measure | ours | reference | floor / pipe | ratio | target | result."""
     return [{"area": area, "measure": r[0], "ours": r[1], "reference": r[2], "floor": r[3],
@@ -154,7 +161,7 @@ def main():
         text = t.read_text()
         rows, kept = convert(area, text)
         all_rows += rows
-        sections.append((area, header_lines(text), kept))
+        sections.append((area, header_lines(text) + trailer_lines(text), kept))
     if not all_rows:
         print("report: no table rows found", file=sys.stderr)
         return 1
