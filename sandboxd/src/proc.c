@@ -19,6 +19,10 @@
 #include "proc_internal.h"
 #include "spawn.h"
 
+/* Output is read this much at a time (rounded down to whole chunks) and delivered a chunk at a
+ * time: a burst of small chunks costs one read, not a read and a FIONREAD each. */
+#define READAHEAD (64u << 10)
+
 static void dir_closep(DIR **d)
 {
     if (*d)
@@ -40,6 +44,7 @@ int sbx_proctab_new(struct sbx_proctab **ret, struct sbx_loop *loop,
     t->loop = loop;
     t->opts = *opts;
     t->chunk_size = opts->chunk_size ? opts->chunk_size : 4096;
+    t->readahead = t->chunk_size * (READAHEAD / t->chunk_size ? READAHEAD / t->chunk_size : 1);
     t->next_id = 1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_rwlockattr_init(&attr);
@@ -227,7 +232,7 @@ static int watch_fds(struct sbx_proc *p, const struct sbx_spawned *sp, struct sb
     for (int i = 0; i < 2; i++) {
         if (p->out[i].w.fd < 0)
             continue;
-        p->out[i].buf = malloc(p->t->chunk_size);
+        p->out[i].buf = malloc(p->t->readahead);
         if (!p->out[i].buf)
             return sbx_error_set(err, ENOMEM, "allocate output buffer");
         /* Oneshot even while unarmed: epoll reports a hang-up whatever the events asked. */
@@ -409,11 +414,11 @@ static void pump_task(void *arg)
     sbx_proc_unref(p);
 }
 
-/* Lets other fds have the loop: re-arms o, or, once the drain expired (when an empty pipe may
- * never wake epoll again), queues another pump. */
+/* Lets other fds have the loop: re-arms o, or, when read-ahead is left or the drain expired
+ * (an empty pipe may never wake epoll again), queues another pump. */
 static void yield_locked(struct sbx_proc *p, struct out *o)
 {
-    if (p->drain_expired) {
+    if (p->drain_expired || o->pos < o->len) {
         if (sbx_loop_post(p->t->loop, pump_task, o) == 0)
             proc_ref(p);
         return;
@@ -448,20 +453,37 @@ static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
             yield_locked(p, o);
             break;
         }
-        do {
-            n = read(o->w.fd, o->buf, p->t->chunk_size);
-        } while (n < 0 && errno == EINTR);
+        if (o->pos == o->len) {
+            do {
+                n = read(o->w.fd, o->buf, p->t->readahead);
+            } while (n < 0 && errno == EINTR);
+            if (n > 0) {
+                o->pos = 0;
+                o->len = (size_t)n;
+                o->full = (size_t)n == p->t->readahead;
+            }
+        } else {
+            n = (ssize_t)(o->len - o->pos);
+        }
         if (n > 0) {
+            const uint8_t *chunk = o->buf + o->pos;
+            size_t len = o->len - o->pos;
+            bool more;
             int avail = 0;
+
+            if (len > p->t->chunk_size)
+                len = p->t->chunk_size;
+            o->pos += len;
+            more = o->pos < o->len;
+            if (!more && o->full && ioctl(o->w.fd, FIONREAD, &avail) == 0)
+                more = avail > 0;
             if (p->credit > 0)
                 p->credit--;
             sink = p->discard ? NULL : p->sink;
             data = p->sink_data;
-            if ((size_t)n == p->t->chunk_size && ioctl(o->w.fd, FIONREAD, &avail) < 0)
-                avail = 0;
             pthread_mutex_unlock(&p->lock);
             if (sink)
-                sink->output(data, o->stream, o->buf, (size_t)n, avail > 0);
+                sink->output(data, o->stream, chunk, len, more);
             pthread_mutex_lock(&p->lock);
             continue;
         }

@@ -25,10 +25,12 @@ struct wreq {
 struct out {
     struct sbx_watch w;
     enum sbx_stream stream;
-    bool paused;  /* out of epoll for want of credit */
-    bool busy;    /* a thread is reading and delivering */
-    bool again;   /* someone asked for a pump while busy */
-    uint8_t *buf; /* chunk_size bytes, used by the busy thread */
+    bool paused;     /* out of epoll for want of credit */
+    bool busy;       /* a thread is reading and delivering */
+    bool again;      /* someone asked for a pump while busy */
+    uint8_t *buf;    /* read-ahead of readahead bytes, used by the busy thread */
+    size_t pos, len; /* what of buf is still to deliver */
+    bool full;       /* the last read filled buf: the pipe may hold more */
 };
 
 struct sbx_proc {
@@ -58,6 +60,7 @@ struct sbx_proctab {
     struct sbx_loop *loop;
     struct sbx_proctab_opts opts;
     size_t chunk_size;
+    size_t readahead; /* read from an output pipe at once, a whole number of chunks */
     int32_t next_id;
     pthread_mutex_t lock; /* the hash tables and count */
     struct sbx_proc *by_id[NBUCKETS];
