@@ -44,7 +44,8 @@ int sbx_proctab_new(struct sbx_proctab **ret, struct sbx_loop *loop,
     t->loop = loop;
     t->opts = *opts;
     t->chunk_size = opts->chunk_size ? opts->chunk_size : 4096;
-    t->readahead = t->chunk_size * (READAHEAD / t->chunk_size ? READAHEAD / t->chunk_size : 1);
+    t->readahead =
+        READAHEAD > t->chunk_size ? READAHEAD / t->chunk_size * t->chunk_size : t->chunk_size;
     t->next_id = 1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_rwlockattr_init(&attr);
@@ -440,7 +441,7 @@ static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
     for (;;) {
         const struct sbx_proc_sink *sink;
         void *data;
-        ssize_t n;
+        ssize_t n = 0; /* what the read below returned, when it ran */
 
         o->again = false;
         if (o->w.fd < 0)
@@ -460,22 +461,18 @@ static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
             if (n > 0) {
                 o->pos = 0;
                 o->len = (size_t)n;
-                o->full = (size_t)n == p->t->readahead;
             }
-        } else {
-            n = (ssize_t)(o->len - o->pos);
         }
-        if (n > 0) {
+        if (o->pos < o->len) {
             const uint8_t *chunk = o->buf + o->pos;
-            size_t len = o->len - o->pos;
+            size_t len = o->len - o->pos < p->t->chunk_size ? o->len - o->pos : p->t->chunk_size;
             bool more;
             int avail = 0;
 
-            if (len > p->t->chunk_size)
-                len = p->t->chunk_size;
             o->pos += len;
             more = o->pos < o->len;
-            if (!more && o->full && ioctl(o->w.fd, FIONREAD, &avail) == 0)
+            /* A read that filled the buffer may have left more in the pipe. */
+            if (!more && o->len == p->t->readahead && ioctl(o->w.fd, FIONREAD, &avail) == 0)
                 more = avail > 0;
             if (p->credit > 0)
                 p->credit--;

@@ -29,8 +29,7 @@ struct out {
     bool busy;       /* a thread is reading and delivering */
     bool again;      /* someone asked for a pump while busy */
     uint8_t *buf;    /* read-ahead of readahead bytes, used by the busy thread */
-    size_t pos, len; /* what of buf is still to deliver */
-    bool full;       /* the last read filled buf: the pipe may hold more */
+    size_t pos, len; /* the last read filled buf[0, len); [pos, len) is still to deliver */
 };
 
 struct sbx_proc {

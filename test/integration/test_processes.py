@@ -148,6 +148,23 @@ def test_ring_overflow_is_reported_as_truncation(sandboxd_factory, protos):
     assert (out3, truncs3, ex3.exit_code) == (b"", [], 0)
 
 
+def test_output_read_ahead_reaches_the_ring_while_the_process_waits(sandboxd_factory, protos):
+    # Output is read from the pipe a block at a time and handed on a chunk at a time, a batch of
+    # chunks per turn of the loop. With 100-byte chunks one read takes the whole burst and a
+    # batch does not hand it all on: the rest must follow with the pipe empty and the process
+    # silent, not wait for its next write or its exit.
+    d = sandboxd_factory(["--stream-chunk-size", "100"])
+    procs = Procs(d.client().channel, protos)
+    p = procs.spawn(["sh", "-c", "head -c 20000 /dev/zero | tr '\\0' a; read x"], stdin=True)
+    wait_until(lambda: procs.get(p.id).stdout.end == 20000, 20, what="all 20000 bytes in the ring")
+    assert not procs.get(p.id).HasField("exit"), "the output came before the exit, not with it"
+    procs.write(p.id, b"\n", eof=True)
+    done = procs.wait(p.id)
+    assert done.exit.exit_code == 0 and done.stdout.end == 20000
+    out, _, _, _, _ = procs.attach(p.id)
+    assert out == b"a" * 20000
+
+
 def test_stalled_reader_blocks_nobody(sandboxd_factory, protos):
     d = sandboxd_factory(["--output-ring-bytes", "65536"])
     procs = Procs(d.client().channel, protos)
