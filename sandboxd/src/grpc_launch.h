@@ -46,6 +46,10 @@ int sbx_launch_build(const struct sbx_root *root, const struct sbx_launch_config
                      struct sbx_launch *l, struct sbx_error *err);
 void sbx_launch_release(struct sbx_launch *l);
 
-/* Answers a failed start: status and message worded like the reference daemon. */
+/* A failed start's status, and its message in msg, worded like the reference daemon. */
+grpc_status_code sbx_launch_error_status(int r, const struct sbx_error *e, const char *what,
+                                         char *msg, size_t size);
+
+/* Answers a failed start with that status and message. */
 void sbx_launch_reply_error(struct sbx_grpc_req *req, int r, const struct sbx_error *e,
                             const char *what);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,8 @@ struct pcall {
     int refs;
     bool execute;
     bool final_sent;
+    pthread_mutex_t lock; /* the close tag against the start: closed, proc */
+    bool closed;
     int cancelled;
     grpc_byte_buffer *bb;
     grpc_slice details;
@@ -64,6 +67,7 @@ static void pcall_unref(struct pcall *c)
     sbx_budget_give(c->budget, c->cap[0] + c->cap[1]);
     free(c->buf[0]);
     free(c->buf[1]);
+    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
@@ -108,17 +112,27 @@ static void on_sent(struct sbx_grpc_tag *tag, bool ok)
     pcall_unref(c);
 }
 
+/* The client cancelled or went away: the process dies with its call, as in the reference, but
+ * here with its whole process group. */
+static void kill_with_call(struct pcall *c)
+{
+    (void)sbx_proc_signal(c->proc, SIGKILL, NULL);
+    sbx_proc_detach(c->proc);
+}
+
 static void on_closed(struct sbx_grpc_tag *tag, bool ok)
 {
     struct pcall *c = (struct pcall *)((char *)tag - offsetof(struct pcall, close_tag));
+    struct sbx_proc *p;
 
     (void)ok;
-    if (c->cancelled && !c->final_sent) {
-        /* The client cancelled or went away: the process dies with its call, as in the
-         * reference, but here with its whole process group. */
-        (void)sbx_proc_signal(c->proc, SIGKILL, NULL);
-        sbx_proc_detach(c->proc);
-    }
+    /* run() may be starting the process: it kills it itself when it sees closed. */
+    pthread_mutex_lock(&c->lock);
+    c->closed = true;
+    p = c->proc;
+    pthread_mutex_unlock(&c->lock);
+    if (p && c->cancelled && !c->final_sent)
+        kill_with_call(c);
     pcall_unref(c);
 }
 
@@ -228,10 +242,25 @@ static struct pcall *pcall_new(struct sbx_grpc_req *req, bool execute)
         return NULL;
     c->req = req;
     c->execute = execute;
-    c->refs = 1;
+    c->refs = 3; /* the caller's, the sink's (dropped at exit), the close tag's */
     c->send_tag.fn = on_sent;
     c->close_tag.fn = on_closed;
+    pthread_mutex_init(&c->lock, NULL);
     return c;
+}
+
+/* Answers a call whose process did not start; its close is watched already. */
+static void start_failed(struct pcall *c, int r, const struct sbx_error *e, const char *what)
+{
+    char msg[512];
+    grpc_status_code code = sbx_launch_error_status(r, e, what, msg, sizeof(msg));
+    struct sbx_grpc_req *req = c->req;
+
+    c->req = NULL; /* the reply frees it */
+    c->final_sent = true;
+    sbx_grpc_reply_watched(req, NULL, code, msg);
+    pcall_unref(c); /* the sink's: it will never run */
+    pcall_unref(c); /* ours */
 }
 
 /* Starts the process of a Start or Execute call, and watches for the call's end. */
@@ -243,6 +272,7 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     struct sbx_error e = {0};
     struct sbx_proc_opts o = {0};
     struct pcall *c;
+    bool kill_now;
     grpc_op op;
     int r;
 
@@ -273,24 +303,28 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     o.rows = pty ? (unsigned short)pty->rows : 0;
     o.credit = execute ? SBX_CREDIT_UNLIMITED : 0;
     o.anonymous = execute;
-    c->refs++; /* the sink's, dropped at exit */
-    r = sbx_proc_start(svc->procs, &o, execute ? &capture_sink : &stream_sink, c, &c->proc, &e);
-    sbx_launch_release(&l);
-    if (r < 0) {
-        c->req = NULL;
-        free(c);
-        sbx_launch_reply_error(
-            req, r, &e,
-            execute ? "failed to execute command"
-                    : (pty ? "failed to start command with PTY" : "failed to start command"));
-        return;
-    }
+    /* The call's end is watched before the process starts: its exit may send the reply at
+     * once, on the loop thread, and once a call is answered the server may shut down, after
+     * which no batch may begin. A cancel that comes first kills the process once it exists. */
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->cancelled;
-    c->refs++;
     if (grpc_call_start_batch(req->call, &op, 1, &c->close_tag, NULL) != GRPC_CALL_OK)
         on_closed(&c->close_tag, false);
+    pthread_mutex_lock(&c->lock);
+    r = sbx_proc_start(svc->procs, &o, execute ? &capture_sink : &stream_sink, c, &c->proc, &e);
+    kill_now = r == 0 && c->closed && c->cancelled && !c->final_sent;
+    pthread_mutex_unlock(&c->lock);
+    sbx_launch_release(&l);
+    if (r < 0) {
+        start_failed(c, r, &e,
+                     execute
+                         ? "failed to execute command"
+                         : (pty ? "failed to start command with PTY" : "failed to start command"));
+        return;
+    }
+    if (kill_now)
+        kill_with_call(c);
     if (!execute) {
         Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
         Process__V1__InitEvent init = PROCESS__V1__INIT_EVENT__INIT;

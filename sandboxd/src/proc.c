@@ -333,6 +333,13 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     p->pid = sp.pid;
     *ret = p; /* before any output can reach the sink */
     r = watch_fds(p, &sp, err);
+    if (r < 0) {
+        /* Its sink, which the caller frees on failure, must not hear of it: silenced before
+         * the reaper, held off by reap_lock, can see its exit. */
+        pthread_mutex_lock(&p->lock);
+        p->sink = NULL;
+        pthread_mutex_unlock(&p->lock);
+    }
     pthread_mutex_lock(&t->lock);
     p->id = o->anonymous ? 0 : t->next_id++;
     table_insert(t, proc_ref(p));
@@ -340,11 +347,7 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     pthread_mutex_unlock(&t->lock);
     pthread_rwlock_unlock(&t->reap_lock);
     if (r < 0) {
-        /* Registered already, so the reaper will collect it; it must not run unobserved, and
-         * its sink, which the caller frees on failure, must not hear of it. */
-        pthread_mutex_lock(&p->lock);
-        p->sink = NULL;
-        pthread_mutex_unlock(&p->lock);
+        /* Registered already, so the reaper will collect it; it must not run unobserved. */
         kill(-p->pid, SIGKILL);
         sbx_proc_detach(p);
         goto fail;
