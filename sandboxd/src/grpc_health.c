@@ -154,7 +154,7 @@ static void watch_pump_locked(struct watch *w)
     }
     w->in_flight = true;
     __atomic_add_fetch(&w->refs, 1, __ATOMIC_RELAXED);
-    if (grpc_call_start_batch(w->req->call, ops, n, &w->send_tag, NULL) != GRPC_CALL_OK) {
+    if (sbx_grpc_start_batch(w->req, ops, n, &w->send_tag) != GRPC_CALL_OK) {
         w->in_flight = false;
         w->ended = true;
         watch_unref(w);
@@ -228,7 +228,7 @@ static void handle_watch(struct sbx_grpc_req *req)
     w->pprev = &h->watches;
     h->watches = w;
     w->ending = h->stopping;
-    if (grpc_call_start_batch(req->call, &op, 1, &w->close_tag, NULL) != GRPC_CALL_OK) {
+    if (sbx_grpc_start_batch(req, &op, 1, &w->close_tag) != GRPC_CALL_OK) {
         pthread_mutex_unlock(&h->lock);
         watch_closed(&w->close_tag, false);
         return;

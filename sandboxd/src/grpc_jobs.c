@@ -335,7 +335,7 @@ static void wait_for_exit(struct sbx_grpc_req *req, struct sbx_job *job, bool ru
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (grpc_call_start_batch(req->call, &op, 1, &c->close_tag, NULL) != GRPC_CALL_OK)
+    if (sbx_grpc_start_batch(req, &op, 1, &c->close_tag) != GRPC_CALL_OK)
         wait_closed(&c->close_tag, false);
     if (!sbx_job_watch(job, &c->w)) {
         wait_woken(&c->w);
@@ -631,7 +631,7 @@ static void attach_send(struct attach *a, const Sandboxd__V1__AttachEvent *ev, b
         a->final_sent = true;
     }
     __atomic_add_fetch(&a->refs, 1, __ATOMIC_RELAXED);
-    if (grpc_call_start_batch(a->req->call, ops, n, &a->send_tag, NULL) != GRPC_CALL_OK)
+    if (sbx_grpc_start_batch(a->req, ops, n, &a->send_tag) != GRPC_CALL_OK)
         a->send_tag.fn(&a->send_tag, false);
 }
 
@@ -779,7 +779,7 @@ static void handle_attach(struct sbx_grpc_req *req)
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &a->cancelled;
     a->refs++;
-    if (grpc_call_start_batch(req->call, &op, 1, &a->close_tag, NULL) != GRPC_CALL_OK)
+    if (sbx_grpc_start_batch(req, &op, 1, &a->close_tag) != GRPC_CALL_OK)
         attach_closed(&a->close_tag, false);
     attach_pump(a);
     attach_unref(a);

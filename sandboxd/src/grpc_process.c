@@ -95,7 +95,7 @@ static void pcall_send(struct pcall *c, const ProtobufCMessage *m, bool initial,
         c->final_sent = true;
     }
     __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
-    if (grpc_call_start_batch(c->req->call, ops, n, &c->send_tag, NULL) != GRPC_CALL_OK)
+    if (sbx_grpc_start_batch(c->req, ops, n, &c->send_tag) != GRPC_CALL_OK)
         c->send_tag.fn(&c->send_tag, false);
 }
 
@@ -309,7 +309,7 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (grpc_call_start_batch(req->call, &op, 1, &c->close_tag, NULL) != GRPC_CALL_OK)
+    if (sbx_grpc_start_batch(req, &op, 1, &c->close_tag) != GRPC_CALL_OK)
         on_closed(&c->close_tag, false);
     pthread_mutex_lock(&c->lock);
     r = sbx_proc_start(svc->procs, &o, execute ? &capture_sink : &stream_sink, c, &c->proc, &e);

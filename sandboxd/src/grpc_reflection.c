@@ -336,7 +336,7 @@ static void rstream_unref(struct rstream *s)
 static void rstream_batch(struct rstream *s, grpc_op *ops, size_t n, struct sbx_grpc_tag *tag)
 {
     __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
-    if (grpc_call_start_batch(s->req->call, ops, n, tag, NULL) != GRPC_CALL_OK)
+    if (sbx_grpc_start_batch(s->req, ops, n, tag) != GRPC_CALL_OK)
         rstream_unref(s);
 }
 

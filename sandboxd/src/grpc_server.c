@@ -53,6 +53,10 @@ struct sbx_grpc {
     int n_threads;
     bool started;
     bool stopping; /* no re-arming of acceptors */
+    /* Once the completion queue is shut down nothing may begin on it (gRPC aborts): every
+     * batch and request takes cq_lock to read, sbx_grpc_close to set cq_closed. */
+    pthread_rwlock_t cq_lock;
+    bool cq_closed;
     struct sbx_grpc_tag shutdown_tag;
     void (*on_shut_down)(void *arg);
     void *on_shut_down_arg;
@@ -91,6 +95,8 @@ grpc_status_code sbx_grpc_status(int r)
         return GRPC_STATUS_CANCELLED;
     case ENOSYS:
         return GRPC_STATUS_UNIMPLEMENTED;
+    case ESHUTDOWN:
+        return GRPC_STATUS_UNAVAILABLE;
     default:
         return GRPC_STATUS_INTERNAL;
     }
@@ -146,6 +152,40 @@ void sbx_grpc_req_free(struct sbx_grpc_req *req)
     free(req);
 }
 
+/* True, holding the gate, while the completion queue takes new work. */
+static bool gate_enter(struct sbx_grpc *s)
+{
+    pthread_rwlock_rdlock(&s->cq_lock);
+    if (!s->cq_closed)
+        return true;
+    pthread_rwlock_unlock(&s->cq_lock);
+    return false;
+}
+
+static void gate_leave(struct sbx_grpc *s)
+{
+    pthread_rwlock_unlock(&s->cq_lock);
+}
+
+/* grpc_call_start_batch, or GRPC_CALL_ERROR once the completion queue is closed. */
+static grpc_call_error start_on(struct sbx_grpc *s, grpc_call *call, const grpc_op *ops, size_t n,
+                                void *tag)
+{
+    grpc_call_error e = GRPC_CALL_ERROR;
+
+    if (gate_enter(s)) {
+        e = grpc_call_start_batch(call, ops, n, tag, NULL);
+        gate_leave(s);
+    }
+    return e;
+}
+
+grpc_call_error sbx_grpc_start_batch(struct sbx_grpc_req *req, const grpc_op *ops, size_t n,
+                                     struct sbx_grpc_tag *tag)
+{
+    return start_on(req->srv, req->call, ops, n, tag);
+}
+
 /* A unary reply in flight. */
 struct reply {
     struct sbx_grpc_tag tag;
@@ -197,7 +237,7 @@ static void send_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply,
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[n++].data.recv_close_on_server.cancelled = &r->cancelled;
     }
-    if (grpc_call_start_batch(req->call, ops, n, &r->tag, NULL) != GRPC_CALL_OK)
+    if (sbx_grpc_start_batch(req, ops, n, &r->tag) != GRPC_CALL_OK)
         reply_done(&r->tag, false);
 }
 
@@ -316,9 +356,13 @@ static void acceptor_arm(struct acceptor *a)
     req->srv = a->srv;
     grpc_metadata_array_init(&req->md);
     a->req = req;
-    e = grpc_server_request_registered_call(a->srv->server, a->handle, &req->call, &req->deadline,
-                                            &req->md, a->m->client_streaming ? NULL : &req->payload,
-                                            a->srv->cq, a->srv->cq, &a->tag);
+    e = GRPC_CALL_ERROR;
+    if (gate_enter(a->srv)) {
+        e = grpc_server_request_registered_call(
+            a->srv->server, a->handle, &req->call, &req->deadline, &req->md,
+            a->m->client_streaming ? NULL : &req->payload, a->srv->cq, a->srv->cq, &a->tag);
+        gate_leave(a->srv);
+    }
     if (e != GRPC_CALL_OK) {
         a->req = NULL;
         sbx_grpc_req_free(req);
@@ -371,7 +415,7 @@ static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
     ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[2].data.recv_close_on_server.cancelled = &f->cancelled;
     f->answering = true;
-    if (grpc_call_start_batch(f->call, ops, 3, &f->tag, NULL) != GRPC_CALL_OK) {
+    if (start_on(f->srv, f->call, ops, 3, &f->tag) != GRPC_CALL_OK) {
         f->answering = false;
         fallback_done(&f->tag, false);
     }
@@ -380,6 +424,8 @@ static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
 
 static void fallback_arm(struct fallback *f)
 {
+    grpc_call_error e = GRPC_CALL_ERROR;
+
     if (__atomic_load_n(&f->srv->stopping, __ATOMIC_ACQUIRE)) {
         free(f);
         return;
@@ -389,8 +435,12 @@ static void fallback_arm(struct fallback *f)
     f->tag.fn = fallback_done;
     grpc_call_details_init(&f->details);
     grpc_metadata_array_init(&f->md);
-    if (grpc_server_request_call(f->srv->server, &f->call, &f->details, &f->md, f->srv->cq,
-                                 f->srv->cq, &f->tag) != GRPC_CALL_OK) {
+    if (gate_enter(f->srv)) {
+        e = grpc_server_request_call(f->srv->server, &f->call, &f->details, &f->md, f->srv->cq,
+                                     f->srv->cq, &f->tag);
+        gate_leave(f->srv);
+    }
+    if (e != GRPC_CALL_OK) {
         grpc_call_details_destroy(&f->details);
         grpc_metadata_array_destroy(&f->md);
         free(f);
@@ -432,6 +482,7 @@ int sbx_grpc_new(struct sbx_grpc **ret, const struct sbx_grpc_opts *o, struct sb
     args[3].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
     args[3].value.integer = 0;
     s->shutdown_tag.fn = shutdown_done;
+    pthread_rwlock_init(&s->cq_lock, NULL);
     s->server = grpc_server_create(&ch, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
@@ -548,10 +599,13 @@ void sbx_grpc_cancel_all(struct sbx_grpc *s)
         grpc_server_cancel_all_calls(s->server);
 }
 
-void sbx_grpc_free(struct sbx_grpc *s)
+void sbx_grpc_close(struct sbx_grpc *s)
 {
-    if (!s)
+    if (!s || s->cq_closed)
         return;
+    pthread_rwlock_wrlock(&s->cq_lock);
+    s->cq_closed = true;
+    pthread_rwlock_unlock(&s->cq_lock);
     grpc_completion_queue_shutdown(s->cq);
     for (int i = 0; i < s->n_threads; i++)
         pthread_join(s->threads[i], NULL);
@@ -561,8 +615,16 @@ void sbx_grpc_free(struct sbx_grpc *s)
                GRPC_QUEUE_SHUTDOWN)
             ;
     }
+}
+
+void sbx_grpc_free(struct sbx_grpc *s)
+{
+    if (!s)
+        return;
+    sbx_grpc_close(s);
     grpc_server_destroy(s->server);
     grpc_completion_queue_destroy(s->cq);
+    pthread_rwlock_destroy(&s->cq_lock);
     free(s->acceptors);
     free(s);
 }

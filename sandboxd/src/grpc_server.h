@@ -69,8 +69,17 @@ void sbx_grpc_shutdown(struct sbx_grpc *s, void (*done)(void *arg), void *arg);
 /* Cancels every running call (the shutdown deadline passed). */
 void sbx_grpc_cancel_all(struct sbx_grpc *s);
 
-/* Joins the threads and frees everything (after sbx_grpc_shutdown). */
+/* Shuts the completion queue down and joins its threads (after sbx_grpc_shutdown): from then on
+ * every start of a batch fails (GRPC_CALL_ERROR), as gRPC would abort on a closed queue. */
+void sbx_grpc_close(struct sbx_grpc *s);
+
+/* Closes if need be, and frees everything. Calls may still be held until then. */
 void sbx_grpc_free(struct sbx_grpc *s);
+
+/* grpc_call_start_batch on req's call, or GRPC_CALL_ERROR once the server is closed; every batch
+ * goes through here. The caller handles a failure as a batch completed with ok == false. */
+grpc_call_error sbx_grpc_start_batch(struct sbx_grpc_req *req, const grpc_op *ops, size_t n,
+                                     struct sbx_grpc_tag *tag);
 
 /* Releases what an accepted call holds (the call itself too). */
 void sbx_grpc_req_free(struct sbx_grpc_req *req);

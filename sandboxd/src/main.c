@@ -98,6 +98,7 @@ static struct {
     bool draining;
     bool idle;         /* draining, and no process is left */
     bool grpc_done;    /* draining, and every call has finished */
+    bool stopped;      /* the loop returned: tasks run at teardown change nothing */
     bool deadline_hit; /* --shutdown-timeout is over */
     bool trim_soon;    /* the trim timer is armed for TRIM_DELAY_MS, not the period */
     pid_t main_pid;    /* the main process (sandboxd -- cmd), or 0 */
@@ -244,6 +245,8 @@ static int parse_args(int argc, char **argv)
  * (the kill timer has fired by then). */
 static void maybe_stop(void)
 {
+    if (d.stopped)
+        return;
     if (d.grpc_done && (d.idle || d.deadline_hit))
         sbx_loop_stop(d.loop);
 }
@@ -285,6 +288,8 @@ static void trim_expired(struct sbx_timer *t)
 static void procs_empty(void *arg)
 {
     (void)arg;
+    if (d.stopped)
+        return;
     if (!d.draining && !d.trim_soon) {
         /* Not pushed back by every process that ends: a steady trickle must not starve it. */
         d.trim_soon = true;
@@ -330,6 +335,7 @@ static void begin_drain(const char *why)
     sbx_jobs_shutdown(d.jobs);
     if (d.http)
         sbx_http_set_draining(d.http);
+    sbx_proctab_drain(d.procs);
     n = sbx_proctab_signal_all(d.procs, SIGTERM);
     if (n > 0)
         log_info("sent SIGTERM to %d process groups", n);
@@ -768,23 +774,31 @@ int main(int argc, char **argv)
     if (r < 0)
         log_error(err.code, "%s", err.msg);
     sbx_http_stop(d.http);
+    d.stopped = true;
     if (d.grpc) {
+        /* No completion-queue thread is left after this; what they posted last runs below,
+         * before anything it may reach is freed, and gRPC itself goes last. */
         sbx_grpc_shutdown(d.grpc, grpc_shut_down, NULL);
         sbx_grpc_cancel_all(d.grpc);
-        sbx_grpc_free(d.grpc);
-        grpc_shutdown();
+        sbx_grpc_close(d.grpc);
     }
+    if (d.loop)
+        sbx_loop_run_pending(d.loop);
     log_info("sandboxd stopped");
     sbx_timer_release(&d.kill_timer);
     sbx_timer_release(&d.deadline_timer);
     sbx_timer_release(&d.trim_timer);
-    sbx_reflection_free(refl);
-    sbx_health_free(d.health);
     sbx_jobs_free(d.jobs);
     if (d.loop)
         sbx_loop_run_pending(d.loop); /* the jobs' frees, which drop their processes */
     sbx_cgroups_free(d.cgroups);
     sbx_proctab_free(d.procs);
+    sbx_reflection_free(refl);
+    sbx_health_free(d.health);
+    if (d.grpc) {
+        sbx_grpc_free(d.grpc);
+        grpc_shutdown();
+    }
     sbx_closep(&d.signals.fd);
     sbx_loop_free(d.loop);
     sbx_root_release(&root);

@@ -272,7 +272,9 @@ static int reserve(struct sbx_proctab *t, struct sbx_error *err)
 
     pthread_mutex_lock(&t->lock);
     in_use = t->count + t->starting;
-    if (t->opts.max_procs && in_use >= t->opts.max_procs)
+    if (t->draining)
+        r = sbx_error_set(err, ESHUTDOWN, "sandboxd is shutting down");
+    else if (t->opts.max_procs && in_use >= t->opts.max_procs)
         r = sbx_error_set(err, EAGAIN, "too many processes: %zu of --max-processes %zu", in_use,
                           t->opts.max_procs);
     else
@@ -305,6 +307,7 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
                           .confine = o->confine,
                           .oom_score_adj = t->opts.oom_score_adj};
     struct sbx_proc *p;
+    bool late;
     int r;
 
     if (!o->argv || !o->argv[0] || !o->argv[0][0])
@@ -343,9 +346,12 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
     pthread_mutex_lock(&t->lock);
     p->id = o->anonymous ? 0 : t->next_id++;
     table_insert(t, proc_ref(p));
-    t->starting--; /* the reservation became an entry */
+    t->starting--;      /* the reservation became an entry */
+    late = t->draining; /* reserved before the drain, registered after its signals */
     pthread_mutex_unlock(&t->lock);
     pthread_rwlock_unlock(&t->reap_lock);
+    if (late && r == 0)
+        (void)sbx_proc_signal(p, SIGTERM, NULL);
     if (r < 0) {
         /* Registered already, so the reaper will collect it; it must not run unobserved. */
         kill(-p->pid, SIGKILL);
@@ -729,11 +735,22 @@ int sbx_proctab_signal_all(struct sbx_proctab *t, int sig)
     return n;
 }
 
+void sbx_proctab_drain(struct sbx_proctab *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->draining = true;
+    pthread_mutex_unlock(&t->lock);
+}
+
 size_t sbx_proctab_busy(struct sbx_proctab *t)
 {
     int children = for_each_child(NULL, 0);
+    size_t n;
 
-    return sbx_proctab_count(t) + (children > 0 ? (size_t)children : 0);
+    pthread_mutex_lock(&t->lock);
+    n = t->count + t->starting;
+    pthread_mutex_unlock(&t->lock);
+    return n + (children > 0 ? (size_t)children : 0);
 }
 
 int sbx_proc_signal(struct sbx_proc *p, int sig, struct sbx_error *err)

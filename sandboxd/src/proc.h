@@ -76,12 +76,16 @@ void sbx_proctab_free(struct sbx_proctab *t);
  * outside the table go to on_other_exit. */
 void sbx_proctab_reap(struct sbx_proctab *t);
 
+/* Shutting down: refuses every start from now on (ESHUTDOWN), and sends SIGTERM to what a start
+ * already under way adds to the table. Call before signalling the table. */
+void sbx_proctab_drain(struct sbx_proctab *t);
+
 /* Sends sig to the process group of every process in the table, and to each of our other
  * children and its group; returns how many table processes were signalled. */
 int sbx_proctab_signal_all(struct sbx_proctab *t, int sig);
 
-/* Processes in the table plus our children outside it (orphans re-parented to us): what a
- * shutdown waits for. */
+/* Processes in the table, starts under way, and our children outside it (orphans re-parented to
+ * us): what a shutdown waits for. */
 size_t sbx_proctab_busy(struct sbx_proctab *t);
 
 /* Spawns a process outside the table (the main process); its exit reaches on_other_exit. Call it

@@ -66,6 +66,7 @@ struct sbx_proctab {
     struct sbx_proc *by_pid[NBUCKETS];
     size_t count;
     size_t starting; /* places reserved by starts in progress */
+    bool draining;   /* shutting down: no new start */
     /* Spawners hold it shared from clone to registration, the reaper exclusively around waitpid:
      * a pid the reaper collects is therefore always registered already (or not ours). */
     pthread_rwlock_t reap_lock;

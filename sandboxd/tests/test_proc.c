@@ -375,6 +375,19 @@ static void test_orphans(void)
     sbx_proc_unref(p);
 }
 
+/* Last: the table refuses every start once it drains. */
+static void test_drain(void)
+{
+    char *argv[] = {"true", NULL};
+    struct sbx_proc_opts o = {.argv = argv, .envp = environ, .cwd_fd = -1};
+    struct sbx_error e = {0};
+    struct sbx_proc *p = NULL;
+
+    sbx_proctab_drain(procs);
+    ok(sbx_proc_start(procs, &o, &sink, NULL, &p, &e) == -ESHUTDOWN && !p,
+       "a start after the drain: -ESHUTDOWN (%s)", e.msg);
+}
+
 int main(void)
 {
     struct sbx_proctab_opts po = {.chunk_size = 4096, .exit_drain_ms = 1000};
@@ -405,6 +418,7 @@ int main(void)
     test_late_output();
     test_pty();
     test_orphans();
+    test_drain();
 
     sbx_loop_stop(loop);
     pthread_join(th, NULL);

@@ -1,0 +1,170 @@
+/* The gRPC server's life cycle against a real client over loopback (gRPC core's client API). */
+#define _GNU_SOURCE
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "grpc_server.h"
+#include "tap.h"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static struct sbx_grpc_req *held; /* the call the handler kept, unanswered */
+static bool held_set, shut_down;
+
+static void on_shut_down(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lock);
+    shut_down = true;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Waits (5 s at most) until *flag is set; returns it. */
+static bool wait_for(const volatile bool *flag)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&lock);
+    while (!*flag && pthread_cond_timedwait(&cond, &lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&lock);
+    return *flag;
+}
+
+/* The handler: keeps the call, unanswered. */
+static void keep(struct sbx_grpc_req *req)
+{
+    pthread_mutex_lock(&lock);
+    held = req;
+    held_set = true;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+/* A client call of /t.T/Keep: sends an empty request and waits for the status. */
+struct client {
+    grpc_channel *ch;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    grpc_metadata_array initial, trailing;
+    grpc_status_code status;
+    grpc_slice details;
+};
+
+static bool client_call(struct client *c, int port)
+{
+    char target[64];
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_slice method = grpc_slice_from_static_string("/t.T/Keep");
+    grpc_slice empty = grpc_empty_slice();
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&empty, 1);
+    grpc_op ops[5];
+    grpc_call_error e;
+
+    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+    c->ch = grpc_channel_create(target, creds, NULL);
+    grpc_channel_credentials_release(creds);
+    c->cq = grpc_completion_queue_create_for_next(NULL);
+    c->call = grpc_channel_create_call(
+        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, method, NULL,
+        gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(30, GPR_TIMESPAN)), NULL);
+    grpc_metadata_array_init(&c->initial);
+    grpc_metadata_array_init(&c->trailing);
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->initial;
+    ops[4].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[4].data.recv_status_on_client.trailing_metadata = &c->trailing;
+    ops[4].data.recv_status_on_client.status = &c->status;
+    ops[4].data.recv_status_on_client.status_details = &c->details;
+    e = grpc_call_start_batch(c->call, ops, 5, c, NULL);
+    grpc_byte_buffer_destroy(bb);
+    return e == GRPC_CALL_OK;
+}
+
+/* Waits for the client's status; true when it came. */
+static bool client_done(struct client *c)
+{
+    grpc_event ev = grpc_completion_queue_next(
+        c->cq, gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(10, GPR_TIMESPAN)),
+        NULL);
+
+    return ev.type == GRPC_OP_COMPLETE && ev.tag == c;
+}
+
+static void client_free(struct client *c)
+{
+    grpc_call_unref(c->call);
+    grpc_slice_unref(c->details);
+    grpc_metadata_array_destroy(&c->initial);
+    grpc_metadata_array_destroy(&c->trailing);
+    grpc_channel_destroy(c->ch);
+    grpc_completion_queue_shutdown(c->cq);
+    while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(c->cq);
+}
+
+static struct sbx_grpc_tag never = {0};
+
+/* A handler still holding a call when the server closes: its late batch must fail (the caller
+ * then cleans up), not reach gRPC, which aborts on a completion queue that is shut down. */
+static void test_batch_after_close_fails(void)
+{
+    struct sbx_grpc_opts o = {.max_recv_bytes = 1 << 20, .max_streams = 10, .threads = 2};
+    const struct sbx_grpc_method m = {"/t.T/Keep", false, keep, NULL, 1};
+    struct sbx_error e = {0};
+    struct sbx_grpc *s = NULL;
+    struct client c;
+    grpc_slice details = grpc_slice_from_static_string("late");
+    grpc_op ops[2];
+    int port;
+
+    memset(&c, 0, sizeof(c));
+    ok(sbx_grpc_new(&s, &o, &e) == 0, "server created");
+    ok(sbx_grpc_register(s, &m, 1, &e) == 0, "method registered");
+    port = sbx_grpc_listen(s, "127.0.0.1:0", &e);
+    ok(port > 0, "listening on port %d", port);
+    ok(sbx_grpc_start(s, &e) == 0, "started");
+    ok(client_call(&c, port), "client call started");
+    ok(wait_for(&held_set), "the handler kept the call");
+
+    sbx_grpc_shutdown(s, on_shut_down, NULL);
+    sbx_grpc_cancel_all(s);
+    ok(wait_for(&shut_down), "shutdown finished with the call held");
+    sbx_grpc_close(s);
+
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = GRPC_STATUS_OK;
+    ops[1].data.send_status_from_server.status_details = &details;
+    ok(sbx_grpc_start_batch(held, ops, 2, &never) == GRPC_CALL_ERROR,
+       "a batch begun after the close fails");
+
+    ok(client_done(&c), "the client got its status");
+    ok(c.status != GRPC_STATUS_OK, "it ended unanswered (status %d)", (int)c.status);
+    sbx_grpc_req_free(held);
+    client_free(&c);
+    sbx_grpc_free(s);
+}
+
+int main(void)
+{
+    grpc_init();
+    test_batch_after_close_fails();
+    grpc_shutdown();
+    return done_testing();
+}
