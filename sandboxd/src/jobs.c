@@ -289,8 +289,10 @@ static void on_exit_(void *data, const struct sbx_exit *ex)
     }
     woken = take_woken_locked(job);
     pthread_mutex_unlock(&job->lock);
-    log_debug("job %d (pid %d) exited: code %d signal %d", job->id, job->pid, ex->exit_code,
-              ex->signal);
+    /* From the process: job->id and job->pid are set once the start returns, which may be
+     * after this exit (the process table orders its own fields before any exit). */
+    log_debug("job %d (pid %d) exited: code %d signal %d", sbx_proc_id(job->proc),
+              (int)sbx_proc_pid(job->proc), ex->exit_code, ex->signal);
     /* Trimmed before the waiters hear of the exit: a list they make then is within the bound. */
     trim_exited(job->j);
     wake_all(woken);
