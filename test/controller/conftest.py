@@ -143,7 +143,8 @@ class Cluster:
         self.dir = Path(d)
         self.procs = {}
         make_pki(d)
-        self.tokens = {name: secrets.token_hex(16) for name in ("admin", "controller", "scheduler", "kwok")}
+        self.tokens = {name: secrets.token_hex(16)
+                       for name in ("admin", "controller", "scheduler", "kwok", "nobody")}
         sa_user = f"system:serviceaccount:{CONTROLLER_NS}:{CONTROLLER_SA}"
         rows = [
             f'{self.tokens["admin"]},admin,admin-uid,"system:masters"',
@@ -152,6 +153,8 @@ class Cluster:
             f'{self.tokens["scheduler"]},system:kube-scheduler,scheduler-uid,"system:authenticated"',
             # kwok plays every kubelet; it may write any node and pod status.
             f'{self.tokens["kwok"]},kwok,kwok-uid,"system:masters"',
+            # Authenticated and bound to nothing: refused whatever it asks.
+            f'{self.tokens["nobody"]},nobody,nobody-uid,"system:authenticated"',
         ]
         (self.dir / "tokens.csv").write_text("\n".join(rows) + "\n")
         self.etcd_port, self.etcd_peer = free_port(), free_port()

@@ -97,6 +97,36 @@ def test_python_claim_through_port_forward(site, sdk_python):
     site.wait_gone(warm)
 
 
+DENIED = r"""
+import json, sys
+from kubernetes import config
+from sandboxd import errors
+from sandboxd.portforward import Forwarder
+
+api = config.new_client_from_config(config_file=sys.argv[1])
+try:
+    Forwarder(api, sys.argv[2], sys.argv[3], int(sys.argv[4])).open_stream()
+    print(json.dumps({"opened": True}))
+except errors.SandboxError as e:
+    print(json.dumps({"error": type(e).__name__, "code": e.code, "message": e.message}))
+"""
+
+
+def test_port_forward_refused_by_rbac_is_permission_denied(site, sdk_python, cluster):
+    """A user the API server knows but whose roles lack pods/portforward: the WebSocket
+    handshake's 403 reaches the SDK's caller as PERMISSION_DENIED with the server's reason."""
+    pod = forward_warm(site)  # kwok forwards the pod named after the sandbox
+    argv = [str(sdk_python), "-c", DENIED, str(cluster.kubeconfigs["nobody"]), site.ns, pod,
+            str(site.pod_grpc)]
+    out = json.loads(run(argv, site.env(), timeout=60).stdout)
+    assert out.get("error") == "PermissionDeniedError", out
+    assert out["code"] == "PERMISSION_DENIED"
+    assert "forbidden" in out["message"] and "pods/portforward" in out["message"], out["message"]
+    # The same stream as admin opens: the refusal was the user's, not the pod's.
+    argv[3] = site.kubeconfig
+    assert json.loads(run(argv, site.env(), timeout=60).stdout) == {"opened": True}
+
+
 def test_go_claim_through_port_forward(site, go_bins):
     warm = forward_warm(site)
     p = run([str(go_bins / "k8s.test"), "-test.v", "-test.count=1", "-test.run", "^TestPortForward$"],
