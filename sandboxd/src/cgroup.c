@@ -432,41 +432,58 @@ int sbx_cgroup_join_fds(const struct sbx_cgroup *g, const int **fds)
     return g->n_join;
 }
 
-/* Adds the members of the cgroup (dir in arg) not yet in set, stopping each. */
-static int scan_members(struct sbx_pidset *set, void *arg)
+/* Calls fn(pid, arg) for each member listed in dir's cgroup.procs; returns the sum of what fn
+ * returned, or the first negative value, which ends the scan. A list that cannot be read has no
+ * members. */
+static int for_each_member(const char *dir, int (*fn)(pid_t pid, void *arg), void *arg)
 {
     char path[FILE_PATH_MAX];
     _cleanup_fclose_ FILE *f = NULL;
     long pid;
-    int added = 0, r;
-
-    snprintf(path, sizeof(path), "%s/cgroup.procs", (const char *)arg);
-    f = fopen(path, "re");
-    while (f && fscanf(f, "%ld", &pid) == 1) {
-        if (pid <= 0 || sbx_pidset_has(set, (pid_t)pid))
-            continue;
-        r = sbx_pidset_stop_add(set, (pid_t)pid);
-        if (r < 0)
-            return r;
-        added++;
-    }
-    return added;
-}
-
-/* Sends SIGKILL to the members a scan finds; how many it found. */
-static int kill_members(const char *dir)
-{
-    char path[FILE_PATH_MAX];
-    _cleanup_fclose_ FILE *f = NULL;
-    long pid;
-    int n = 0;
+    int n = 0, r;
 
     snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
     f = fopen(path, "re");
-    while (f && fscanf(f, "%ld", &pid) == 1)
-        if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
-            n++;
+    while (f && fscanf(f, "%ld", &pid) == 1) {
+        if (pid <= 0)
+            continue;
+        r = fn((pid_t)pid, arg);
+        if (r < 0)
+            return r;
+        n += r;
+    }
     return n;
+}
+
+/* Stops pid and adds it to the set (arg) unless it is there already; 1 when added. */
+static int stop_new_member(pid_t pid, void *arg)
+{
+    struct sbx_pidset *set = arg;
+    int r;
+
+    if (sbx_pidset_has(set, pid))
+        return 0;
+    r = sbx_pidset_stop_add(set, pid);
+    return r < 0 ? r : 1;
+}
+
+/* Adds the members of the cgroup not yet in set, stopping each; how many were new. */
+static int scan_members(struct sbx_pidset *set, void *arg)
+{
+    return for_each_member(arg, stop_new_member, set);
+}
+
+static int kill_member(pid_t pid, void *arg)
+{
+    (void)arg;
+    return kill(pid, SIGKILL) == 0;
+}
+
+static int count_member(pid_t pid, void *arg)
+{
+    (void)pid;
+    (void)arg;
+    return 1;
 }
 
 int sbx_cgroup_signal(struct sbx_cgroup *g, int sig)
@@ -483,7 +500,7 @@ int sbx_cgroup_signal(struct sbx_cgroup *g, int sig)
     /* A killed member leaves the cgroup when it has exited: until the list is empty (bounded),
      * whatever is still listed is killed again, in case it escaped the stop. */
     for (int round = 0; sig == SIGKILL && round < KILL_ROUNDS; round++) {
-        if (kill_members(dirs[0]) == 0)
+        if (for_each_member(dirs[0], kill_member, NULL) == 0)
             break;
         nanosleep(&pause, NULL);
     }
@@ -493,15 +510,8 @@ int sbx_cgroup_signal(struct sbx_cgroup *g, int sig)
 bool sbx_cgroup_has_members(const struct sbx_cgroup *g)
 {
     const char *dirs[N_CTL];
-    char path[FILE_PATH_MAX];
-    _cleanup_fclose_ FILE *f = NULL;
-    long pid;
 
-    if (dirs_of(g, dirs) == 0)
-        return false;
-    snprintf(path, sizeof(path), "%s/cgroup.procs", dirs[0]);
-    f = fopen(path, "re");
-    return f && fscanf(f, "%ld", &pid) == 1;
+    return dirs_of(g, dirs) > 0 && for_each_member(dirs[0], count_member, NULL) > 0;
 }
 
 bool sbx_cgroup_oom_killed(struct sbx_cgroup *g)
