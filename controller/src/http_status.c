@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,10 @@
 
 struct sbx_status_server {
     struct MHD_Daemon *mhd;
-    struct sbx_ctrl *_Atomic ctrl; /* NULL until leading */
+    /* Held while a request reads the controller: once set_ctrl(NULL) returns, no request uses
+     * the old one, which the caller may then free. */
+    pthread_mutex_t mu;
+    struct sbx_ctrl *ctrl; /* NULL until leading */
     struct sbx_kube *kube;
     int port;
 };
@@ -113,9 +116,8 @@ static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
         lag_metrics(f, infs[i].name, infs[i].inf);
 }
 
-static char *metrics(struct sbx_status_server *s)
+static char *metrics(struct sbx_status_server *s, struct sbx_ctrl *c)
 {
-    struct sbx_ctrl *c = atomic_load(&s->ctrl);
     struct sbx_kube_stats ks;
     char *buf = NULL;
     size_t len = 0;
@@ -168,15 +170,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!strcmp(url, "/healthz"))
         return reply(conn, 200, "text/plain", strdup("ok\n"));
     if (!strcmp(url, "/readyz")) {
-        struct sbx_ctrl *c = atomic_load(&s->ctrl);
-        bool ok = c && sbx_ctrl_synced(c);
+        pthread_mutex_lock(&s->mu);
+        bool leading = s->ctrl != NULL, ok = leading && sbx_ctrl_synced(s->ctrl);
+        pthread_mutex_unlock(&s->mu);
         return reply(conn, ok ? 200 : 503, "text/plain",
-                     strdup(ok  ? "ok\n"
-                            : c ? "informers have not listed yet\n"
-                                : "not the leader\n"));
+                     strdup(ok        ? "ok\n"
+                            : leading ? "informers have not listed yet\n"
+                                      : "not the leader\n"));
     }
-    if (!strcmp(url, "/metrics") && (body = metrics(s)))
-        return reply(conn, 200, "text/plain; version=0.0.4", body);
+    if (!strcmp(url, "/metrics")) {
+        pthread_mutex_lock(&s->mu);
+        body = metrics(s, s->ctrl);
+        pthread_mutex_unlock(&s->mu);
+        if (body)
+            return reply(conn, 200, "text/plain; version=0.0.4", body);
+    }
     return reply(conn, 404, "text/plain", strdup("not found\n"));
 }
 
@@ -211,10 +219,12 @@ int sbx_status_server_start(const char *addr, struct sbx_kube *kube, struct sbx_
     if (!(s = calloc(1, sizeof(*s))))
         return sbx_error_set(err, ENOMEM, "status server");
     s->kube = kube;
+    pthread_mutex_init(&s->mu, NULL);
     s->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
                               on_request, s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
                               64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
     if (!s->mhd) {
+        pthread_mutex_destroy(&s->mu);
         free(s);
         return sbx_error_set(err, EADDRINUSE, "cannot listen on \"%s\"", addr);
     }
@@ -226,7 +236,9 @@ int sbx_status_server_start(const char *addr, struct sbx_kube *kube, struct sbx_
 
 void sbx_status_server_set_ctrl(struct sbx_status_server *s, struct sbx_ctrl *ctrl)
 {
-    atomic_store(&s->ctrl, ctrl);
+    pthread_mutex_lock(&s->mu);
+    s->ctrl = ctrl;
+    pthread_mutex_unlock(&s->mu);
 }
 
 int sbx_status_server_port(struct sbx_status_server *s)
@@ -239,5 +251,6 @@ void sbx_status_server_stop(struct sbx_status_server *s)
     if (!s)
         return;
     MHD_stop_daemon(s->mhd);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
