@@ -65,13 +65,3 @@ int sbx_bucket_try(struct sbx_bucket *b, uint64_t now_ns)
     pthread_mutex_unlock(&b->mu);
     return taken;
 }
-
-void sbx_bucket_wait(struct sbx_bucket *b)
-{
-    uint64_t wait = sbx_bucket_reserve(b, sbx_now_ns());
-    struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000u),
-                          .tv_nsec = (long)(wait % 1000000000u)};
-
-    while (wait && nanosleep(&ts, &ts) != 0)
-        ;
-}

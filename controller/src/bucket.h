@@ -24,8 +24,5 @@ uint64_t sbx_bucket_reserve(struct sbx_bucket *b, uint64_t now_ns);
 /* Takes a token only if one is there now; returns 1 when taken, 0 otherwise. */
 int sbx_bucket_try(struct sbx_bucket *b, uint64_t now_ns);
 
-/* sbx_bucket_reserve with CLOCK_MONOTONIC, then sleeps the wait. */
-void sbx_bucket_wait(struct sbx_bucket *b);
-
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t sbx_now_ns(void);

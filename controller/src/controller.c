@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "cleanup.h"
 #include "log.h"
 
 void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms)
@@ -194,7 +195,9 @@ static int worker(const char *key, void *arg)
         r = sbx_template_reconcile(c, colon + 1, &err);
     else
         return 0;
-    if (r < 0)
+    if (r == -ECANCELED) /* the controller is stopping */
+        log_debug("%s: %s", key, err.msg);
+    else if (r < 0)
         log_warn(0, "%s: %s", key, err.msg);
     log_debug("%s: reconciled in %.1f ms", key, (double)(sbx_now_ns() - t0) / 1e6);
     return r;
@@ -359,16 +362,25 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
 {
     if (!c)
         return;
-    if (c->queue)
-        sbx_wq_shutdown(c->queue);
-    if (c->claim_queue)
-        sbx_wq_shutdown(c->claim_queue);
-    sbx_informer_free(c->sandboxes);
-    sbx_informer_free(c->pods);
-    sbx_informer_free(c->services);
-    sbx_informer_free(c->templates);
-    sbx_informer_free(c->pools);
-    sbx_informer_free(c->claims);
+    struct sbx_informer *infs[] = {c->sandboxes, c->pods,  c->services,
+                                   c->templates, c->pools, c->claims};
+    /* Workers read the informers' caches and queue into both queues until they return: they
+     * go first. They take no new key; requests in flight end at once; the informers' threads
+     * stop meanwhile. */
+    sbx_wq_shutdown(c->queue);
+    sbx_wq_shutdown(c->claim_queue);
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)
+        sbx_informer_stop(infs[i]);
+    sbx_kube_cancel(c->kube, true);
+    sbx_wq_join(c->queue);
+    sbx_wq_join(c->claim_queue);
+    /* Handlers read other informers' caches and queue work: every thread ends before any
+     * cache or queue goes. */
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)
+        sbx_informer_join(infs[i]);
+    sbx_kube_cancel(c->kube, false);
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)
+        sbx_informer_free(infs[i]);
     sbx_wq_free(c->queue);
     sbx_wq_free(c->claim_queue);
     sbx_bucket_release(&c->refill);

@@ -328,7 +328,7 @@ int sbx_informer_start(struct sbx_kube *k, const struct sbx_informer_opts *opts,
     return 0;
 }
 
-void sbx_informer_free(struct sbx_informer *inf)
+void sbx_informer_stop(struct sbx_informer *inf)
 {
     if (!inf)
         return;
@@ -336,8 +336,23 @@ void sbx_informer_free(struct sbx_informer *inf)
     inf->stop = 1;
     pthread_cond_broadcast(&inf->cond);
     pthread_mutex_unlock(&inf->mu);
+}
+
+void sbx_informer_join(struct sbx_informer *inf)
+{
+    if (!inf)
+        return;
+    sbx_informer_stop(inf);
     if (inf->started)
         pthread_join(inf->thread, NULL);
+    inf->started = false;
+}
+
+void sbx_informer_free(struct sbx_informer *inf)
+{
+    if (!inf)
+        return;
+    sbx_informer_join(inf);
     json_decref(inf->cache);
     pthread_cond_destroy(&inf->cond);
     pthread_mutex_destroy(&inf->mu);

@@ -41,7 +41,15 @@ struct sbx_informer;
 int sbx_informer_start(struct sbx_kube *k, const struct sbx_informer_opts *opts,
                        struct sbx_informer **ret, struct sbx_error *err);
 
-/* Stops the thread and frees the cache. Accepts NULL. */
+/* Asks the thread to stop, without waiting: stopping several informers at once overlaps their
+ * waits for the watch to notice. The cache stays readable. Accepts NULL. */
+void sbx_informer_stop(struct sbx_informer *inf);
+
+/* Stops the thread and waits for it: its handler is not running after this. The cache stays
+ * readable. Accepts NULL. */
+void sbx_informer_join(struct sbx_informer *inf);
+
+/* Stops the thread, waits for it and frees the cache. Accepts NULL. */
 void sbx_informer_free(struct sbx_informer *inf);
 
 /* True once the first list has been delivered. */

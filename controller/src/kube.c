@@ -30,6 +30,8 @@ struct sbx_kube {
      * alive: at most nconns requests in flight, on at most nconns connections. */
     pthread_mutex_t conn_mu;
     pthread_cond_t conn_cond;
+    pthread_cond_t cancel_cond; /* with conn_mu: requests waiting for their turn */
+    atomic_bool cancelled;
     int nconns;
     CURL **conns;
     bool *busy;
@@ -78,6 +80,7 @@ int sbx_kube_new(struct sbx_kube_config *cfg, const struct sbx_kube_opts *opts,
     pthread_mutex_init(&k->token_mu, NULL);
     pthread_mutex_init(&k->conn_mu, NULL);
     pthread_cond_init(&k->conn_cond, NULL);
+    pthread_cond_init(&k->cancel_cond, NULL);
     pthread_mutex_init(&k->lag_mu, NULL);
     sbx_bucket_init(&k->bucket, opts->qps, opts->burst, sbx_now_ns());
     if (k->cfg.token)
@@ -110,6 +113,7 @@ void sbx_kube_free(struct sbx_kube *k)
     free(k->busy);
     json_decref(k->written);
     pthread_mutex_destroy(&k->lag_mu);
+    pthread_cond_destroy(&k->cancel_cond);
     pthread_cond_destroy(&k->conn_cond);
     pthread_mutex_destroy(&k->conn_mu);
     sbx_kube_config_release(&k->cfg);
@@ -118,6 +122,15 @@ void sbx_kube_free(struct sbx_kube *k)
     free(k->token);
     free(k->user_agent);
     free(k);
+}
+
+void sbx_kube_cancel(struct sbx_kube *k, bool on)
+{
+    pthread_mutex_lock(&k->conn_mu);
+    atomic_store(&k->cancelled, on);
+    pthread_cond_broadcast(&k->conn_cond);
+    pthread_cond_broadcast(&k->cancel_cond);
+    pthread_mutex_unlock(&k->conn_mu);
 }
 
 const char *sbx_kube_namespace(struct sbx_kube *k)
@@ -273,22 +286,48 @@ static int curl_fail(CURLcode rc, const char *method, const char *path, struct s
     return sbx_error_set(err, e, "%s %s: %s", method, path, curl_easy_strerror(rc));
 }
 
+/* CLOCK_REALTIME ns from now, for pthread_cond_timedwait. */
+static struct timespec deadline_in(uint64_t ns)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_REALTIME, &t);
+    ns += (uint64_t)t.tv_nsec;
+    t.tv_sec += (time_t)(ns / 1000000000u);
+    t.tv_nsec = (long)(ns % 1000000000u);
+    return t;
+}
+
+static int cancelled(struct sbx_error *err)
+{
+    return sbx_error_set(err, ECANCELED, "cancelled: the controller is stopping");
+}
+
+/* Waits for the request's turn under the client-side QPS limit. */
+static int throttle(struct sbx_kube *k, struct sbx_error *err)
+{
+    uint64_t wait = sbx_bucket_reserve(&k->bucket, sbx_now_ns());
+
+    if (wait) {
+        struct timespec until = deadline_in(wait);
+        pthread_mutex_lock(&k->conn_mu);
+        while (!atomic_load(&k->cancelled) &&
+               pthread_cond_timedwait(&k->cancel_cond, &k->conn_mu, &until) == 0)
+            ;
+        pthread_mutex_unlock(&k->conn_mu);
+    }
+    return atomic_load(&k->cancelled) ? cancelled(err) : 0;
+}
+
 /* Takes a free handle (its index into *ret), waiting at most the request timeout for one. A
  * handle that has not been used yet is made here. */
 static int conn_take(struct sbx_kube *k, int *ret, struct sbx_error *err)
 {
-    struct timespec until;
+    struct timespec until = deadline_in((uint64_t)k->timeout_ms * 1000000u);
     int r = 0, idx = -1;
 
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += k->timeout_ms / 1000;
-    until.tv_nsec += (k->timeout_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
     pthread_mutex_lock(&k->conn_mu);
-    while (idx < 0) {
+    while (idx < 0 && !atomic_load(&k->cancelled)) {
         for (int i = 0; i < k->nconns && idx < 0; i++) {
             int j = (int)((k->next + (unsigned)i) % (unsigned)k->nconns);
             if (!k->busy[j])
@@ -302,6 +341,8 @@ static int conn_take(struct sbx_kube *k, int *ret, struct sbx_error *err)
         k->next = (unsigned)idx + 1;
     }
     pthread_mutex_unlock(&k->conn_mu);
+    if (idx < 0 && r == 0)
+        return cancelled(err);
     if (idx < 0)
         return sbx_error_set(err, r == ETIMEDOUT ? ETIMEDOUT : r,
                              "no free API connection of %d in %ld ms", k->nconns, k->timeout_ms);
@@ -382,6 +423,14 @@ uint64_t sbx_kube_write_seen(struct sbx_kube *k, const char *rv)
     return at ? (now > at ? now - at : 1) : 0;
 }
 
+static int request_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    struct sbx_kube *k = arg;
+
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return atomic_load(&k->cancelled) ? 1 : 0;
+}
+
 static int request_once(struct sbx_kube *k, const char *method, const char *path,
                         const char *payload, const char *content_type, long *ret_status,
                         json_t **ret_body, struct sbx_error *err)
@@ -398,8 +447,7 @@ static int request_once(struct sbx_kube *k, const char *method, const char *path
     if (!hdr)
         return sbx_error_set(err, ENOMEM, "headers");
     /* The bucket first: a request waiting for its turn holds no connection. */
-    sbx_bucket_wait(&k->bucket);
-    if ((r = conn_take(k, &idx, err)) < 0)
+    if ((r = throttle(k, err)) < 0 || (r = conn_take(k, &idx, err)) < 0)
         return r;
     CURL *h = k->conns[idx];
     if ((r = setup_handle(k, h, path, err)) < 0) {
@@ -417,6 +465,9 @@ static int request_once(struct sbx_kube *k, const char *method, const char *path
     }
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, request_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, k);
     atomic_fetch_add(&k->requests, 1);
     if (write)
         atomic_fetch_add(&k->writes, 1);

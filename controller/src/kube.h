@@ -30,10 +30,16 @@ int sbx_kube_new(struct sbx_kube_config *cfg, const struct sbx_kube_opts *opts,
                  struct sbx_kube **ret, struct sbx_error *err);
 void sbx_kube_free(struct sbx_kube *k);
 
+/* With on: ends every non-watch request that waits for its turn, for a connection or for its
+ * answer, and fails new ones, with -ECANCELED. A stopping controller uses it to get its workers
+ * back at once; with off, requests work again (the leader hands its lease back after). */
+void sbx_kube_cancel(struct sbx_kube *k, bool on);
+
 /* One request. path starts with "/" and may carry a query. body may be NULL; content_type
  * defaults to application/json. On any HTTP answer returns 0 with *ret_status and, when the body
  * is JSON, *ret_body (a new reference, else NULL). Transport failures return -EIO, -ETIMEDOUT,
- * -ECONNREFUSED. A 401 is retried once after re-reading a token file. */
+ * -ECONNREFUSED, -ECANCELED (sbx_kube_cancel). A 401 is retried once after re-reading a token
+ * file. */
 int sbx_kube_request(struct sbx_kube *k, const char *method, const char *path, json_t *body,
                      const char *content_type, long *ret_status, json_t **ret_body,
                      struct sbx_error *err);

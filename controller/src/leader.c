@@ -161,7 +161,7 @@ static void *run(void *p)
                          l->identity);
             continue;
         }
-        if (r < 0)
+        if (r < 0 && r != -ECANCELED) /* cancelled: the controller is stopping */
             log_warn(0, "leader election: %s", err.msg);
         if (atomic_load(&l->state) == 1 &&
             (r == 0 || now - l->renewed_ns > (uint64_t)l->deadline_s * 1000000000u)) {

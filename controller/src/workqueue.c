@@ -69,9 +69,7 @@ void sbx_wq_free(struct sbx_wq *q)
 {
     if (!q)
         return;
-    sbx_wq_shutdown(q);
-    for (int i = 0; i < q->nthreads; i++)
-        pthread_join(q->threads[i], NULL);
+    sbx_wq_join(q);
     free(q->threads);
     while (q->head) {
         struct node *n = q->head;
@@ -304,10 +302,22 @@ void sbx_wq_done(struct sbx_wq *q, const char *key)
 
 void sbx_wq_shutdown(struct sbx_wq *q)
 {
+    if (!q)
+        return;
     pthread_mutex_lock(&q->mu);
     q->shutting_down = true;
     pthread_cond_broadcast(&q->cond);
     pthread_mutex_unlock(&q->mu);
+}
+
+void sbx_wq_join(struct sbx_wq *q)
+{
+    if (!q)
+        return;
+    sbx_wq_shutdown(q);
+    for (int i = 0; i < q->nthreads; i++)
+        pthread_join(q->threads[i], NULL);
+    q->nthreads = 0;
 }
 
 size_t sbx_wq_len(struct sbx_wq *q)

@@ -25,6 +25,10 @@ int sbx_wq_new(const struct sbx_wq_opts *opts, struct sbx_wq **ret, struct sbx_e
 /* Stops the workers (sbx_wq_shutdown + join) and frees. Accepts NULL. */
 void sbx_wq_free(struct sbx_wq *q);
 
+/* sbx_wq_shutdown, then waits for every worker to return: none runs its function after this.
+ * Accepts NULL. */
+void sbx_wq_join(struct sbx_wq *q);
+
 void sbx_wq_add(struct sbx_wq *q, const char *key);
 
 /* Queues key once delay_ms have passed; an earlier pending time for the same key wins. */
@@ -46,7 +50,7 @@ char *sbx_wq_get(struct sbx_wq *q);
 /* Ends processing of key; queues it again if it was added meanwhile. */
 void sbx_wq_done(struct sbx_wq *q, const char *key);
 
-/* Wakes every sbx_wq_get caller with NULL; later adds are ignored. */
+/* Wakes every sbx_wq_get caller with NULL; later adds are ignored. Accepts NULL. */
 void sbx_wq_shutdown(struct sbx_wq *q);
 
 /* Keys queued and ready now (the queue depth metric). */

@@ -190,6 +190,27 @@ def test_pool_fills_at_the_paced_rate(cluster, namespace, start_controller):
     assert (secs[-1] - secs[0]) % 86400 >= 1
 
 
+def test_stop_while_workers_wait_for_the_api(cluster, namespace, start_controller):
+    """SIGTERM while a pool grows, its worker throttled by the client-side QPS limit between
+    creates and still to look at the Pods of its sandboxes that are not ready: the throttled
+    requests are cancelled (the pool stops short of its replicas) and the controller exits 0.
+    (Workers once outlived the informers whose caches they read after their requests: a
+    use-after-free that AddressSanitizer reports and that aborted a gcc build at exit.)"""
+    c = start_controller("--kube-api-qps=2", "--kube-api-burst=8", "--leader-elect=false")
+    k = cluster.admin
+    # Pods that no node takes: the pool's sandboxes stay not ready.
+    k.create({"apiVersion": EXT, "kind": "SandboxTemplate", "metadata": {"name": "tpl", "namespace": namespace},
+              "spec": {"podTemplate": {"spec": {"nodeSelector": {"sandboxd.test/none": "x"}, "containers": [
+                  {"name": "main", "image": "python:3.12"}]}}}})
+    pool(k, namespace, "slow", 2)
+    wait_until(lambda: len(owned_by(k, namespace, "SandboxWarmPool", "slow")) == 2, WAIT, what="two sandboxes")
+    k.patch(*POOL, namespace, "slow", {"spec": {"replicas": 16}})
+    wait_until(lambda: len(owned_by(k, namespace, "SandboxWarmPool", "slow")) > 3, WAIT, what="the pool growing")
+    assert c.stop() == 0, c.tail()
+    # At two requests a second the twelve creates left need six more seconds.
+    assert len(owned_by(k, namespace, "SandboxWarmPool", "slow")) < 16, c.tail()
+
+
 def test_scale_down_and_cleanup(cluster, namespace, controller):
     k = cluster.admin
     template(k, namespace)
