@@ -24,8 +24,40 @@ def site(cluster, namespace, start_controller, tmp_path):
     s.stop()
 
 
-def forward_warm(site):
-    """Serves the warm sandbox and tells kwok to forward its pod's ports to that sandboxd."""
+# Until kwok's informer has seen a PortForward, a stream to the pod's port ends at once: wait
+# for one that reaches sandboxd's /healthz through the API server.
+FORWARDED = r"""
+import sys, time
+from kubernetes import config
+from sandboxd.portforward import Forwarder
+
+kubeconfig, ns, pod, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+f = Forwarder(config.new_client_from_config(config_file=kubeconfig), ns, pod, port)
+deadline, last = time.monotonic() + 30, None
+while True:
+    try:
+        s = f.open_stream()
+        s.settimeout(5)
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        answer = b""
+        while b"\r\n" not in answer and (chunk := s.recv(4096)):
+            answer += chunk
+        s.close()
+        if answer.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]:
+            break
+        last = answer[:200]
+    except Exception as e:
+        last = e
+    if time.monotonic() > deadline:
+        sys.exit(f"no forward to {pod}:{port} after 30 s: {last!r}")
+    time.sleep(0.2)
+f.close()
+"""
+
+
+def forward_warm(site, sdk_python):
+    """Serves the warm sandbox, tells kwok to forward its pod's ports to that sandboxd and waits
+    until kwok does."""
     warm = site.serve_warm()
     target = "127.0.0.1"
     site.k.create({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
@@ -34,6 +66,8 @@ def forward_warm(site):
                        {"ports": [site.pod_grpc], "target": {"address": target, "port": site.grpc_port}},
                        {"ports": [site.pod_rest], "target": {"address": target, "port": site.rest_port}},
                    ]}})
+    run([str(sdk_python), "-c", FORWARDED, site.kubeconfig, site.ns, warm, str(site.pod_rest)], site.env(),
+        timeout=60)
     return warm
 
 
@@ -78,7 +112,7 @@ print(json.dumps(out))
 
 
 def test_python_claim_through_port_forward(site, sdk_python):
-    warm = forward_warm(site)
+    warm = forward_warm(site, sdk_python)
     # The pod IP (127.0.0.1) answers nothing at the pod's ports: "auto" falls back too.
     p = run([str(sdk_python), "-c", PY, "auto"], site.env(), timeout=120)
     out = json.loads(p.stdout)
@@ -115,7 +149,7 @@ except errors.SandboxError as e:
 def test_port_forward_refused_by_rbac_is_permission_denied(site, sdk_python, cluster):
     """A user the API server knows but whose roles lack pods/portforward: the WebSocket
     handshake's 403 reaches the SDK's caller as PERMISSION_DENIED with the server's reason."""
-    pod = forward_warm(site)  # kwok forwards the pod named after the sandbox
+    pod = forward_warm(site, sdk_python)  # kwok forwards the pod named after the sandbox
     argv = [str(sdk_python), "-c", DENIED, str(cluster.kubeconfigs["nobody"]), site.ns, pod,
             str(site.pod_grpc)]
     out = json.loads(run(argv, site.env(), timeout=60).stdout)
@@ -127,8 +161,8 @@ def test_port_forward_refused_by_rbac_is_permission_denied(site, sdk_python, clu
     assert json.loads(run(argv, site.env(), timeout=60).stdout) == {"opened": True}
 
 
-def test_go_claim_through_port_forward(site, go_bins):
-    warm = forward_warm(site)
+def test_go_claim_through_port_forward(site, go_bins, sdk_python):
+    warm = forward_warm(site, sdk_python)
     p = run([str(go_bins / "k8s.test"), "-test.v", "-test.count=1", "-test.run", "^TestPortForward$"],
             site.env(SBX_TEST_POOL="p", SBX_TEST_WARM=warm, SBX_TEST_PORT_FORWARD="1"), timeout=120)
     assert "--- PASS: TestPortForward" in p.stdout and "SKIP" not in p.stdout, p.stdout
@@ -136,8 +170,8 @@ def test_go_claim_through_port_forward(site, go_bins):
     assert site.claims() == []
 
 
-def test_sbx_through_port_forward(site, go_bins, tmp_path):
-    warm = forward_warm(site)
+def test_sbx_through_port_forward(site, go_bins, sdk_python, tmp_path):
+    warm = forward_warm(site, sdk_python)
     sbx = str(go_bins / "sbx")
     env = site.env()
     flags = ["--namespace", site.ns]
@@ -163,7 +197,7 @@ def test_sbx_through_port_forward(site, go_bins, tmp_path):
 
 
 def test_mcp_server_claims_through_port_forward(site, sdk_python):
-    warm = forward_warm(site)
+    warm = forward_warm(site, sdk_python)
     out = json.loads(run([str(sdk_python), "-c", MCP, "--namespace", site.ns, "--connect", "port-forward"],
                          site.env(), timeout=120).stdout)
     assert out["claim"]["sandbox"] == warm
