@@ -283,11 +283,26 @@ static int reserve(struct sbx_proctab *t, struct sbx_error *err)
     return r;
 }
 
+static void run_on_empty(void *arg)
+{
+    struct sbx_proctab *t = arg;
+
+    t->opts.on_empty(t->opts.cb_arg);
+}
+
+/* Gives a failed start's place back. When nothing else is in the table or starting, on_empty
+ * runs (on the loop thread: this is the starting thread): a drain that waited for this start
+ * ends now, not at its deadline. */
 static void unreserve(struct sbx_proctab *t)
 {
+    bool empty;
+
     pthread_mutex_lock(&t->lock);
     t->starting--;
+    empty = t->count == 0 && t->starting == 0;
     pthread_mutex_unlock(&t->lock);
+    if (empty && t->opts.on_empty)
+        (void)sbx_loop_post(t->loop, run_on_empty, t);
 }
 
 int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,

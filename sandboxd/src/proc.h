@@ -62,7 +62,8 @@ struct sbx_proctab_opts {
     /* Runs on the loop thread for each reaped child that is not in the table: the caller's own
      * (sbx_proctab_spawn_own) or an orphan re-parented to us. */
     void (*on_other_exit)(void *arg, pid_t pid, int status);
-    /* Runs on the loop thread whenever the last process leaves the table. */
+    /* Runs on the loop thread whenever the last process leaves the table, or the last start
+     * under way fails with the table empty. */
     void (*on_empty)(void *arg);
     void *cb_arg; /* for on_other_exit and on_empty */
 };

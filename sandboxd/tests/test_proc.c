@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +24,13 @@ extern char **environ;
 static struct sbx_loop *loop;
 static struct sbx_proctab *procs;
 static struct sbx_watch sigw;
+static atomic_int empties; /* on_empty calls */
+
+static void on_empty(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&empties, 1);
+}
 
 /* What a sink saw. */
 struct seen {
@@ -376,6 +385,36 @@ static void test_orphans(void)
 }
 
 /* Last: the table refuses every start once it drains. */
+/* A start that fails once its place is reserved (execve: ENOEXEC) with nothing else in the
+ * table: on_empty runs, as when the last process leaves (a drain waiting for that start ends). */
+static void test_failed_start_empties(void)
+{
+    char path[] = "/tmp/sbx-test-noexec-XXXXXX";
+    char *argv[] = {path, NULL};
+    struct sbx_proc_opts o = {.argv = argv, .envp = environ, .cwd_fd = -1};
+    struct sbx_error e = {0};
+    struct sbx_proc *p = NULL;
+    struct timespec tick = {0, 10 * 1000 * 1000};
+    int fd = mkstemp(path), before, r;
+
+    if (fd < 0 ||
+        write(fd,
+              "\x7f"
+              "ELF garbage",
+              12) != 12 ||
+        fchmod(fd, 0700) < 0)
+        abort();
+    close(fd);
+    ok(sbx_proctab_count(procs) == 0, "the table is empty");
+    before = atomic_load(&empties);
+    r = sbx_proc_start(procs, &o, &sink, NULL, &p, &e);
+    ok(r == -ENOEXEC && !p, "a file that is not a program: -ENOEXEC (%d: %s)", r, e.msg);
+    for (int i = 0; i < 500 && atomic_load(&empties) == before; i++)
+        nanosleep(&tick, NULL);
+    ok(atomic_load(&empties) == before + 1, "on_empty ran once for the failed start");
+    unlink(path);
+}
+
 static void test_drain(void)
 {
     char *argv[] = {"true", NULL};
@@ -390,7 +429,7 @@ static void test_drain(void)
 
 int main(void)
 {
-    struct sbx_proctab_opts po = {.chunk_size = 4096, .exit_drain_ms = 1000};
+    struct sbx_proctab_opts po = {.chunk_size = 4096, .exit_drain_ms = 1000, .on_empty = on_empty};
     struct sbx_error e = {0};
     sigset_t set;
     pthread_t th;
@@ -418,6 +457,7 @@ int main(void)
     test_late_output();
     test_pty();
     test_orphans();
+    test_failed_start_empties();
     test_drain();
 
     sbx_loop_stop(loop);
