@@ -291,8 +291,8 @@ static void run_on_empty(void *arg)
 }
 
 /* Gives a failed start's place back. When nothing else is in the table or starting, on_empty
- * runs (on the loop thread: this is the starting thread): a drain that waited for this start
- * ends now, not at its deadline. */
+ * runs, posted to the loop thread (this is the starting thread): a drain that waited for this
+ * start ends now, not at its deadline. */
 static void unreserve(struct sbx_proctab *t)
 {
     bool empty;
