@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,8 @@ struct sbx_informer {
     bool started;
     pthread_mutex_t mu; /* guards cache, rv, synced, stats */
     pthread_cond_t cond;
-    volatile int stop;
-    json_t *cache; /* key -> object */
+    atomic_bool stop; /* also read by the watch's progress callback, unlocked */
+    json_t *cache;    /* key -> object */
     char rv[SBX_RV_MAX];
     bool synced, need_list;
     struct sbx_informer_stats stats;
@@ -346,7 +347,7 @@ void sbx_informer_stop(struct sbx_informer *inf)
     if (!inf)
         return;
     pthread_mutex_lock(&inf->mu);
-    inf->stop = 1;
+    atomic_store(&inf->stop, true);
     pthread_cond_broadcast(&inf->cond);
     pthread_mutex_unlock(&inf->mu);
 }

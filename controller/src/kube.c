@@ -531,7 +531,7 @@ struct stream {
     sbx_kube_line_fn fn;
     void *arg;
     int fn_result;
-    const volatile int *stop;
+    const atomic_bool *stop;
 };
 
 static size_t stream_write(char *p, size_t size, size_t n, void *arg)
@@ -551,11 +551,11 @@ static int stream_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t u
     struct stream *s = arg;
 
     (void)dt, (void)dn, (void)ut, (void)un;
-    return s->stop && *s->stop ? 1 : 0;
+    return s->stop && atomic_load(s->stop) ? 1 : 0;
 }
 
 int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_kube_line_fn fn,
-                    void *arg, const volatile int *stop, long *ret_status, struct sbx_error *err)
+                    void *arg, const atomic_bool *stop, long *ret_status, struct sbx_error *err)
 {
     _cleanup_(curl_easy_cleanupp) CURL *h = curl_easy_init();
     _cleanup_(curl_slist_free_allp) struct curl_slist *hdr = NULL;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -50,10 +51,10 @@ typedef sbx_line_fn sbx_kube_line_fn;
 
 /* A long GET (a watch): each newline-terminated line goes to fn. Runs on a connection of its
  * own, outside the QPS limit (watches are long-lived, not bursts). Lines longer than max_line
- * fail with -EMSGSIZE. `stop` is polled about once a second; when it reads non-zero the stream
+ * fail with -EMSGSIZE. `stop` is polled about once a second; when it reads true the stream
  * ends with -ECANCELED. Returns 0 when the server ends the stream, with *ret_status. */
 int sbx_kube_stream(struct sbx_kube *k, const char *path, size_t max_line, sbx_kube_line_fn fn,
-                    void *arg, const volatile int *stop, long *ret_status, struct sbx_error *err);
+                    void *arg, const atomic_bool *stop, long *ret_status, struct sbx_error *err);
 
 /* Counters by verb class and status, for metrics and tests. */
 struct sbx_kube_stats {
