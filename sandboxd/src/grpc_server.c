@@ -424,9 +424,12 @@ static void fallback_done(struct sbx_grpc_tag *tag, bool ok)
 
 static void fallback_arm(struct fallback *f)
 {
+    /* Once the request is made, another completion-queue thread may take the call, answer it
+     * and free f: nothing of f is read after that unless the request failed. */
+    struct sbx_grpc *srv = f->srv;
     grpc_call_error e = GRPC_CALL_ERROR;
 
-    if (__atomic_load_n(&f->srv->stopping, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
         free(f);
         return;
     }
@@ -435,10 +438,10 @@ static void fallback_arm(struct fallback *f)
     f->tag.fn = fallback_done;
     grpc_call_details_init(&f->details);
     grpc_metadata_array_init(&f->md);
-    if (gate_enter(f->srv)) {
-        e = grpc_server_request_call(f->srv->server, &f->call, &f->details, &f->md, f->srv->cq,
-                                     f->srv->cq, &f->tag);
-        gate_leave(f->srv);
+    if (gate_enter(srv)) {
+        e = grpc_server_request_call(srv->server, &f->call, &f->details, &f->md, srv->cq, srv->cq,
+                                     &f->tag);
+        gate_leave(srv);
     }
     if (e != GRPC_CALL_OK) {
         grpc_call_details_destroy(&f->details);
