@@ -10,6 +10,17 @@ uint64_t sbx_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+struct timespec sbx_deadline_in(uint64_t ns)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_REALTIME, &t);
+    ns += (uint64_t)t.tv_nsec;
+    t.tv_sec += (time_t)(ns / 1000000000u);
+    t.tv_nsec = (long)(ns % 1000000000u);
+    return t;
+}
+
 void sbx_bucket_init(struct sbx_bucket *b, double rate, double burst, uint64_t now_ns)
 {
     pthread_mutex_init(&b->mu, NULL);

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 struct sbx_bucket {
     pthread_mutex_t mu;
@@ -26,3 +27,6 @@ int sbx_bucket_try(struct sbx_bucket *b, uint64_t now_ns);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t sbx_now_ns(void);
+
+/* CLOCK_REALTIME ns from now: a deadline for pthread_cond_timedwait. */
+struct timespec sbx_deadline_in(uint64_t ns);

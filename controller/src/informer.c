@@ -272,15 +272,8 @@ static int watch(struct sbx_informer *inf, struct sbx_error *err)
 /* Sleeps ms unless stopped first. */
 static void pause_ms(struct sbx_informer *inf, uint64_t ms)
 {
-    struct timespec ts;
+    struct timespec ts = sbx_deadline_in(ms * 1000000u);
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
     pthread_mutex_lock(&inf->mu);
     while (!inf->stop && pthread_cond_timedwait(&inf->cond, &inf->mu, &ts) == 0)
         ;

@@ -286,18 +286,6 @@ static int curl_fail(CURLcode rc, const char *method, const char *path, struct s
     return sbx_error_set(err, e, "%s %s: %s", method, path, curl_easy_strerror(rc));
 }
 
-/* CLOCK_REALTIME ns from now, for pthread_cond_timedwait. */
-static struct timespec deadline_in(uint64_t ns)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_REALTIME, &t);
-    ns += (uint64_t)t.tv_nsec;
-    t.tv_sec += (time_t)(ns / 1000000000u);
-    t.tv_nsec = (long)(ns % 1000000000u);
-    return t;
-}
-
 static int cancelled(struct sbx_error *err)
 {
     return sbx_error_set(err, ECANCELED, "cancelled: the controller is stopping");
@@ -309,7 +297,7 @@ static int throttle(struct sbx_kube *k, struct sbx_error *err)
     uint64_t wait = sbx_bucket_reserve(&k->bucket, sbx_now_ns());
 
     if (wait) {
-        struct timespec until = deadline_in(wait);
+        struct timespec until = sbx_deadline_in(wait);
         pthread_mutex_lock(&k->conn_mu);
         while (!atomic_load(&k->cancelled) &&
                pthread_cond_timedwait(&k->cancel_cond, &k->conn_mu, &until) == 0)
@@ -323,7 +311,7 @@ static int throttle(struct sbx_kube *k, struct sbx_error *err)
  * handle that has not been used yet is made here. */
 static int conn_take(struct sbx_kube *k, int *ret, struct sbx_error *err)
 {
-    struct timespec until = deadline_in((uint64_t)k->timeout_ms * 1000000u);
+    struct timespec until = sbx_deadline_in((uint64_t)k->timeout_ms * 1000000u);
     int r = 0, idx = -1;
 
     pthread_mutex_lock(&k->conn_mu);

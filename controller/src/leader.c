@@ -133,11 +133,9 @@ static void release(struct sbx_leader *l)
 /* Waits s seconds unless stopped; returns true when stopped. */
 static bool pause_s(struct sbx_leader *l, int s)
 {
-    struct timespec ts;
+    struct timespec ts = sbx_deadline_in((uint64_t)s * 1000000000u);
     bool stop;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += s;
     pthread_mutex_lock(&l->mu);
     while (!l->stop && pthread_cond_timedwait(&l->cond, &l->mu, &ts) == 0)
         ;

@@ -28,5 +28,16 @@ int main(void)
             break;
     ok(sbx_bucket_reserve(&b, t) == 0, "rate 0 is unlimited");
     sbx_bucket_release(&b);
+
+    struct timespec before, d, after;
+    clock_gettime(CLOCK_REALTIME, &before);
+    d = sbx_deadline_in(1999 * MS);
+    clock_gettime(CLOCK_REALTIME, &after);
+    ok(d.tv_nsec >= 0 && d.tv_nsec < 1000000000, "a deadline's nanoseconds are normalized");
+    ok(d.tv_sec * 1000000000ll + d.tv_nsec >=
+               before.tv_sec * 1000000000ll + before.tv_nsec + 1999 * (long long)MS &&
+           d.tv_sec * 1000000000ll + d.tv_nsec <=
+               after.tv_sec * 1000000000ll + after.tv_nsec + 1999 * (long long)MS,
+       "a deadline 1.999 s from now, on CLOCK_REALTIME");
     return done_testing();
 }
