@@ -4,7 +4,7 @@
 # only replays the corpus. New inputs go to $BUILD/fuzz-work/NAME/corpus, findings (crash-*,
 # leak-*, timeout-*, oom-*) to $BUILD/fuzz-work/NAME/, libFuzzer's output to
 # $BUILD/fuzz-work/NAME/log; a finding worth keeping is copied into the target's corpus
-# (sandboxd/fuzz/corpus/NAME/ or controller/fuzz/corpus/NAME/) once fixed. Each target's final figures (runs, exec/s, cov, ft, corpus) are printed at the
+# (the corpus/NAME/ beside it) once fixed. Each target's final figures (runs, exec/s, cov, ft, corpus) are printed at the
 # end and appended to $BUILD/fuzz-work/summary.
 # Usage: scripts/fuzz.sh [SECONDS [NAME...]]   (NAME: tar_unpack, path, http_args, ctl_watch, ...)
 set -euo pipefail
@@ -15,7 +15,7 @@ shift || true
 BUILD=${BUILD:-build/fuzz}
 
 if [ $# -eq 0 ]; then
-  for f in sandboxd/fuzz/fuzz_*.c controller/fuzz/fuzz_*.c; do
+  for f in $(git ls-files -- '*/fuzz/fuzz_*.c' '*/fuzz/*/fuzz_*.c'); do
     name=$(basename "$f" .c)
     case $name in fuzz_main | fuzz_box) ;; *) set -- "$@" "${name#fuzz_}" ;; esac
   done
@@ -26,9 +26,12 @@ CC=clang cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAN
   >/dev/null
 ninja -C "$BUILD" -j2 "${@/#/fuzz_}"
 
-# target_dir NAME: the directory of target NAME's sources and corpus.
+# target_dir NAME: the fuzz directory of target NAME (its corpus/; its source there or in a
+# subfolder named for the layer it tests).
 target_dir() {
-  if [ -f "controller/fuzz/fuzz_$1.c" ]; then echo controller/fuzz; else echo sandboxd/fuzz; fi
+  local src
+  src=$(git ls-files -- "*/fuzz/fuzz_$1.c" "*/fuzz/*/fuzz_$1.c" | head -1)
+  echo "${src%%/fuzz/*}/fuzz"
 }
 
 # summarize NAME LOG: one line from libFuzzer's last status line and final stats.

@@ -744,6 +744,7 @@ int main(int argc, char **argv)
     struct sbx_error err = {0};
     int r;
 
+    sbx_log_name = "sandboxd";
     d.signals.fd = -1;
 #ifdef __GLIBC__
     /* A few arenas, not one per thread: what one thread frees is found by the others. */

@@ -1,5 +1,5 @@
 """Isolation of what the daemon spawns: the default seccomp profile and no_new_privs, seen from
-inside a spawned process (sandboxd/tests/seccomp_probe.c, run through Execute), compared with the
+inside a spawned process (sandboxd/tests/core/seccomp_probe.c, run through Execute), compared with the
 same probe under --seccomp=off, where the same calls reach the kernel.
 
 The probe is found next to the daemon's build (sandboxd/tests/seccomp_probe), or at

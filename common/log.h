@@ -12,7 +12,9 @@ enum sbx_log_level {
 
 extern enum sbx_log_level sbx_log_max_level;
 extern bool sbx_log_json;
-extern const char *sbx_log_name; /* the program named in text lines ("sandboxd") */
+/* The program named in text lines, set by its main ("sandboxd"); NULL: the name it was started
+ * as. */
+extern const char *sbx_log_name;
 
 /* Parses "error", "warn", "info" or "debug"; returns 0 or -EINVAL. */
 int sbx_log_parse_level(const char *s, enum sbx_log_level *ret);

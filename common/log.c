@@ -1,3 +1,5 @@
+#define _GNU_SOURCE /* program_invocation_short_name */
+
 #include "log.h"
 
 #include <errno.h>
@@ -9,7 +11,7 @@
 
 enum sbx_log_level sbx_log_max_level = SBX_LOG_INFO;
 bool sbx_log_json;
-const char *sbx_log_name = "sandboxd";
+const char *sbx_log_name; /* NULL: the name the program was started as */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -71,8 +73,9 @@ void sbx_log_write(enum sbx_log_level level, int errnum, const char *fmt, ...)
         len = json_escape(line, sizeof(line), len, msg);
         len += (size_t)snprintf(line + len, sizeof(line) - len, "\"}\n");
     } else {
-        len = (size_t)snprintf(line, sizeof(line), "%s.%03ldZ %s %s: %s\n", stamp,
-                               ts.tv_nsec / 1000000, sbx_log_name, level_names[level], msg);
+        len = (size_t)snprintf(
+            line, sizeof(line), "%s.%03ldZ %s %s: %s\n", stamp, ts.tv_nsec / 1000000,
+            sbx_log_name ? sbx_log_name : program_invocation_short_name, level_names[level], msg);
     }
     if (len >= sizeof(line))
         len = sizeof(line) - 1;
