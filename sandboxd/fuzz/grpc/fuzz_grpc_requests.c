@@ -2,14 +2,14 @@
  * type of process.v1.ProcessService and sandboxd.v1.Processes (and health's and reflection's
  * requests): arbitrary bytes as a message, decoded by sbx_grpc_unpack from a gRPC byte buffer
  * as the handlers receive it, then what the handlers check before anything runs: the UTF-8 of
- * every string (sbx_grpc_utf8_valid), a ProcessConfig's launch (sbx_process_launch_from), a
+ * every string (sbx_utf8_valid), a ProcessConfig's launch (sbx_process_launch_from), a
  * ProcessSpec's credentials and limits (sbx_spec_extras_build) and launch (sbx_launch_build),
  * with cwd resolved in a box (fuzz_box.h), and reflection's answer (sbx_reflection_answer). No
  * process is started.
  *
  * Input: one byte choosing the request type, then the message. Checked:
  *   - a decoded message packs and decodes back to the same bytes (protobuf-c round trip);
- *   - sbx_grpc_utf8_valid agrees on every string field with a decoder written here from
+ *   - sbx_utf8_valid agrees on every string field with a decoder written here from
  *     Unicode's table of well-formed byte sequences;
  *   - a launch that succeeds had valid UTF-8, a command and variable names neither empty nor
  *     holding '='; its argv is the command, its environment holds each request variable (the
@@ -40,6 +40,7 @@
 #include "grpc_spec.h"
 #include "process/v1/process.pb-c.h"
 #include "sandboxd/v1/processes.pb-c.h"
+#include "utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -138,9 +139,9 @@ static bool walk_strings(const ProtobufCMessage *m)
             if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
                 all &= walk_strings(v);
             } else {
-                bool ours = sbx_grpc_utf8_valid(v), ref = ref_utf8(v);
+                bool ours = sbx_utf8_valid(v), ref = ref_utf8(v);
 
-                CHECK(ours == ref, "%s.%s: sbx_grpc_utf8_valid says %d, the reference %d", d->name,
+                CHECK(ours == ref, "%s.%s: sbx_utf8_valid says %d, the reference %d", d->name,
                       f->name, ours, ref);
                 all &= ref;
             }

@@ -13,6 +13,7 @@
 #include "grpc_spec.h"
 #include "log.h"
 #include "metrics.h"
+#include "utf8.h"
 #include "sandboxd/v1/processes.pb-c.h"
 
 #define DEFAULT_CHUNK (64 * 1024)
@@ -138,7 +139,7 @@ static struct sbx_job *start(struct sbx_grpc_req *req, const Sandboxd__V1__Proce
         sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "spec is required");
         return NULL;
     }
-    if (!sbx_grpc_utf8_valid(spec->tag)) {
+    if (!sbx_utf8_valid(spec->tag)) {
         sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT,
                        "string field contains invalid UTF-8");
         return NULL;
@@ -409,7 +410,7 @@ static void handle_list(struct sbx_grpc_req *req)
     Sandboxd__V1__ProcessInfo **infos = NULL;
     size_t n;
 
-    if (!sbx_grpc_utf8_valid(r->tag)) {
+    if (!sbx_utf8_valid(r->tag)) {
         sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT,
                        "string field contains invalid UTF-8");
         return;

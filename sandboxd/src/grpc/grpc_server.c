@@ -123,11 +123,6 @@ ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDe
     return m;
 }
 
-bool sbx_grpc_utf8_valid(const char *s)
-{
-    return sbx_utf8_valid(s);
-}
-
 grpc_byte_buffer *sbx_grpc_pack(const ProtobufCMessage *m)
 {
     size_t n = protobuf_c_message_get_packed_size(m);

@@ -104,9 +104,6 @@ static inline void sbx_pb_freep(ProtobufCMessage **m)
 }
 #define _cleanup_pb_ __attribute__((cleanup(sbx_pb_freep)))
 
-/* proto3 strings must be UTF-8; protobuf-c does not check. */
-bool sbx_grpc_utf8_valid(const char *s);
-
 /* Encodes a message into a new byte buffer. */
 grpc_byte_buffer *sbx_grpc_pack(const ProtobufCMessage *m);
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc_server.h"
+#include "utf8.h"
 
 void sbx_spec_extras_release(struct sbx_spec_extras *x)
 {
@@ -48,7 +48,7 @@ int sbx_spec_extras_build(const Sandboxd__V1__ProcessSpec *spec, struct sbx_proc
         return sbx_error_set(err, ENOMEM, "allocate rlimits");
     for (size_t i = 0; i < spec->n_rlimits; i++) {
         const Sandboxd__V1__ResourceLimit *l = spec->rlimits[i];
-        int res = sbx_grpc_utf8_valid(l->name) ? sbx_rlimit_resource(l->name) : -1;
+        int res = sbx_utf8_valid(l->name) ? sbx_rlimit_resource(l->name) : -1;
         uint64_t hard = l->hard ? l->hard : l->soft;
         if (res < 0)
             return sbx_error_set(err, EINVAL, "unknown rlimit \"%s\"", l->name);

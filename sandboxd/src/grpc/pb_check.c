@@ -3,7 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "grpc_server.h"
+#include "utf8.h"
 
 /* Messages nest at most this deep in our protos; deeper ones are refused too. */
 #define MAX_DEPTH 32
@@ -36,7 +36,7 @@ static bool check(const ProtobufCMessage *m, bool utf8, unsigned depth)
         for (size_t k = 0; k < n; k++) {
             if (!items[k])
                 continue;
-            if (f->type == PROTOBUF_C_TYPE_STRING ? !sbx_grpc_utf8_valid(items[k])
+            if (f->type == PROTOBUF_C_TYPE_STRING ? !sbx_utf8_valid(items[k])
                                                   : !check(items[k], utf8, depth + 1))
                 return false;
         }
