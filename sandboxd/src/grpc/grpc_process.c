@@ -12,6 +12,7 @@
 
 #include "cleanup.h"
 #include "grpc_launch.h"
+#include "grpc_stream.h"
 #include "log.h"
 #include "metrics.h"
 #include "process/v1/process.pb-c.h"
@@ -36,20 +37,14 @@ int sbx_process_launch_from(const struct sbx_root *root, const Process__V1__Proc
     return r;
 }
 
-/* One Start or Execute call and the process it runs. */
+/* One Start or Execute call and the process it runs. The stream holds it: its references are
+ * the stream's (the handler's, the close watch's, the sink's until the exit, each send's). */
 struct pcall {
-    struct sbx_grpc_tag send_tag;  /* a message (and maybe the status) sent */
-    struct sbx_grpc_tag close_tag; /* the call is over (finished or cancelled) */
-    struct sbx_grpc_req *req;
+    struct sbx_grpc_stream *st;
     struct sbx_proc *proc;
-    int refs;
     bool execute;
-    bool final_sent;
-    pthread_mutex_t lock; /* the close tag against the start: closed, proc */
-    bool closed;
-    int cancelled;
-    grpc_byte_buffer *bb;
-    grpc_slice details;
+    pthread_mutex_t lock; /* the close against the start: closed, cancelled, proc */
+    bool closed, cancelled;
     /* Execute's capture: cap[] taken from budget */
     size_t max_output;
     struct sbx_budget *budget;
@@ -58,12 +53,11 @@ struct pcall {
     bool refused; /* output was dropped for want of budget */
 };
 
-static void pcall_unref(struct pcall *c)
+static void pcall_release(void *data)
 {
-    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
+    struct pcall *c = data;
+
     sbx_proc_unref(c->proc);
-    sbx_grpc_req_free(c->req);
     sbx_budget_give(c->budget, c->cap[0] + c->cap[1]);
     free(c->buf[0]);
     free(c->buf[1]);
@@ -71,45 +65,16 @@ static void pcall_unref(struct pcall *c)
     free(c);
 }
 
-/* Sends one message (and the OK status after it when final). One send is in flight at a time:
- * the process table's credit guarantees it. */
-static void pcall_send(struct pcall *c, const ProtobufCMessage *m, bool initial, bool final,
-                       uint32_t flags)
+/* One send is in flight at a time for the process: the process table's credit guarantees it;
+ * each completed send gives the credit back. */
+static void pcall_sent(void *data, bool ok, bool final)
 {
-    grpc_op ops[3];
-    size_t n = 0;
+    struct pcall *c = data;
 
-    memset(ops, 0, sizeof(ops));
-    c->bb = sbx_grpc_pack(m);
-    if (initial)
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[n].flags = flags;
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = c->bb;
-    if (final) {
-        sbx_metrics_request(SBX_METRIC_GRPC, GRPC_STATUS_OK);
-        c->details = grpc_empty_slice();
-        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-        ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
-        ops[n++].data.send_status_from_server.status_details = &c->details;
-        c->final_sent = true;
-    }
-    __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
-    if (sbx_grpc_start_batch(c->req, ops, n, &c->send_tag) != GRPC_CALL_OK)
-        c->send_tag.fn(&c->send_tag, false);
-}
-
-static void on_sent(struct sbx_grpc_tag *tag, bool ok)
-{
-    struct pcall *c = (struct pcall *)((char *)tag - offsetof(struct pcall, send_tag));
-
-    grpc_byte_buffer_destroy(c->bb);
-    c->bb = NULL;
     if (!ok)
         sbx_proc_detach(c->proc); /* the client is gone: nobody reads the output */
-    else if (!c->final_sent)
+    else if (!final)
         sbx_proc_ack(c->proc);
-    pcall_unref(c);
 }
 
 /* The client cancelled or went away: the process dies with its call, as in the reference, but
@@ -120,21 +85,23 @@ static void kill_with_call(struct pcall *c)
     sbx_proc_detach(c->proc);
 }
 
-static void on_closed(struct sbx_grpc_tag *tag, bool ok)
+static void pcall_closed(void *data, bool cancelled)
 {
-    struct pcall *c = (struct pcall *)((char *)tag - offsetof(struct pcall, close_tag));
+    struct pcall *c = data;
     struct sbx_proc *p;
 
-    (void)ok;
     /* run() may be starting the process: it kills it itself when it sees closed. */
     pthread_mutex_lock(&c->lock);
     c->closed = true;
+    c->cancelled = cancelled;
     p = c->proc;
     pthread_mutex_unlock(&c->lock);
-    if (p && c->cancelled && !c->final_sent)
+    if (p && cancelled)
         kill_with_call(c);
-    pcall_unref(c);
 }
+
+static const struct sbx_grpc_stream_ops pcall_ops = {
+    .sent = pcall_sent, .closed = pcall_closed, .release = pcall_release};
 
 static void stream_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len, bool more)
 {
@@ -149,7 +116,8 @@ static void stream_output(void *data, enum sbx_stream s, const uint8_t *buf, siz
     sbx_metrics_bytes_out(len);
     /* More is waiting and follows at once: the transport may gather it with this chunk. The
      * last chunk of a burst goes without the hint, which flushes the lot. */
-    pcall_send(c, &m.base, false, false, more ? GRPC_WRITE_BUFFER_HINT : 0);
+    if (sbx_grpc_stream_send(c->st, &m.base, more ? GRPC_WRITE_BUFFER_HINT : 0) < 0)
+        sbx_proc_detach(c->proc); /* over: nobody reads the output */
 }
 
 static void stream_exit(void *data, const struct sbx_exit *ex)
@@ -161,9 +129,8 @@ static void stream_exit(void *data, const struct sbx_exit *ex)
     e.exit_code = ex->exit_code;
     m.event_case = PROCESS__V1__START_RESPONSE__EVENT_EXIT;
     m.exit = &e;
-    if (!c->cancelled)
-        pcall_send(c, &m.base, false, true, 0);
-    pcall_unref(c); /* the sink's reference */
+    (void)sbx_grpc_stream_finish(c->st, &m.base, GRPC_STATUS_OK, NULL);
+    sbx_grpc_stream_unref(c->st); /* the sink's */
 }
 
 static const struct sbx_proc_sink stream_sink = {.output = stream_output, .exit = stream_exit};
@@ -227,43 +194,36 @@ static void capture_exit(void *data, const struct sbx_exit *ex)
     m.stdout.len = c->len[SBX_STDOUT];
     m.stderr.data = c->buf[SBX_STDERR];
     m.stderr.len = c->len[SBX_STDERR];
-    if (!c->cancelled)
-        pcall_send(c, &m.base, true, true, 0);
-    pcall_unref(c);
+    (void)sbx_grpc_stream_finish(c->st, &m.base, GRPC_STATUS_OK, NULL);
+    sbx_grpc_stream_unref(c->st); /* the sink's */
 }
 
 static const struct sbx_proc_sink capture_sink = {.output = capture_output, .exit = capture_exit};
 
-static struct pcall *pcall_new(struct sbx_grpc_req *req, bool execute)
+/* A call and its stream; on failure the call is answered and NULL returned. */
+static struct pcall *pcall_new(struct sbx_grpc_req *req, const struct sbx_process_service *svc,
+                               bool execute)
 {
     struct pcall *c = calloc(1, sizeof(*c));
 
-    if (!c)
+    if (!c) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return NULL;
-    c->req = req;
+    }
     c->execute = execute;
-    c->refs = 3; /* the caller's, the sink's (dropped at exit), the close tag's */
-    c->send_tag.fn = on_sent;
-    c->close_tag.fn = on_closed;
+    c->max_output = svc->max_output;
+    c->budget = svc->output_budget;
     pthread_mutex_init(&c->lock, NULL);
+    if (sbx_grpc_stream_new(req, &pcall_ops, c, &c->st) < 0) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
     return c;
 }
 
-/* Answers a call whose process did not start; its close is watched already. */
-static void start_failed(struct pcall *c, int r, const struct sbx_error *e, const char *what)
-{
-    char msg[512];
-    grpc_status_code code = sbx_launch_error_status(r, e, what, msg, sizeof(msg));
-    struct sbx_grpc_req *req = c->req;
-
-    c->req = NULL; /* the reply frees it */
-    c->final_sent = true;
-    sbx_grpc_reply_watched(req, NULL, code, msg);
-    pcall_unref(c); /* the sink's: it will never run */
-    pcall_unref(c); /* ours */
-}
-
-/* Starts the process of a Start or Execute call, and watches for the call's end. */
+/* Starts the process of a Start or Execute call. */
 static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *config,
                 const Process__V1__PTY *pty, bool execute)
 {
@@ -273,7 +233,7 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     struct sbx_proc_opts o = {0};
     struct pcall *c;
     bool kill_now;
-    grpc_op op;
+    char msg[512];
     int r;
 
     if (__atomic_load_n(&svc->draining, __ATOMIC_ACQUIRE)) {
@@ -287,14 +247,14 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
         sbx_launch_release(&l);
         return;
     }
-    c = pcall_new(req, execute);
+    /* The call's end is watched (by its stream) before the process starts: its exit may send
+     * the reply at once, on the loop thread. A cancel that comes first kills the process once
+     * it exists. */
+    c = pcall_new(req, svc, execute);
     if (!c) {
         sbx_launch_release(&l);
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    c->max_output = svc->max_output;
-    c->budget = svc->output_budget;
     o.argv = l.argv;
     o.envp = l.envp;
     o.cwd_fd = l.cwd_fd;
@@ -303,37 +263,33 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
     o.rows = pty ? (unsigned short)pty->rows : 0;
     o.credit = execute ? SBX_CREDIT_UNLIMITED : 0;
     o.anonymous = execute;
-    /* The call's end is watched before the process starts: its exit may send the reply at
-     * once, on the loop thread, and once a call is answered the server may shut down, after
-     * which no batch may begin. A cancel that comes first kills the process once it exists. */
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (sbx_grpc_start_batch(req, &op, 1, &c->close_tag) != GRPC_CALL_OK)
-        on_closed(&c->close_tag, false);
+    sbx_grpc_stream_ref(c->st); /* the sink's, before the process can exit */
     pthread_mutex_lock(&c->lock);
     r = sbx_proc_start(svc->procs, &o, execute ? &capture_sink : &stream_sink, c, &c->proc, &e);
-    kill_now = r == 0 && c->closed && c->cancelled && !c->final_sent;
+    kill_now = r == 0 && c->closed && c->cancelled;
     pthread_mutex_unlock(&c->lock);
     sbx_launch_release(&l);
     if (r < 0) {
-        start_failed(c, r, &e,
-                     execute
-                         ? "failed to execute command"
-                         : (pty ? "failed to start command with PTY" : "failed to start command"));
-        return;
+        grpc_status_code code = sbx_launch_error_status(
+            r, &e,
+            execute ? "failed to execute command"
+                    : (pty ? "failed to start command with PTY" : "failed to start command"),
+            msg, sizeof(msg));
+        (void)sbx_grpc_stream_finish(c->st, NULL, code, msg);
+        sbx_grpc_stream_unref(c->st); /* the sink's: it will never run */
+    } else {
+        if (kill_now)
+            kill_with_call(c);
+        if (!execute) {
+            Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
+            Process__V1__InitEvent init = PROCESS__V1__INIT_EVENT__INIT;
+            init.process_id = sbx_proc_id(c->proc);
+            m.event_case = PROCESS__V1__START_RESPONSE__EVENT_INIT;
+            m.init = &init;
+            (void)sbx_grpc_stream_send(c->st, &m.base, 0);
+        }
     }
-    if (kill_now)
-        kill_with_call(c);
-    if (!execute) {
-        Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
-        Process__V1__InitEvent init = PROCESS__V1__INIT_EVENT__INIT;
-        init.process_id = sbx_proc_id(c->proc);
-        m.event_case = PROCESS__V1__START_RESPONSE__EVENT_INIT;
-        m.init = &init;
-        pcall_send(c, &m.base, true, false, 0);
-    }
-    pcall_unref(c); /* ours */
+    sbx_grpc_stream_unref(c->st); /* ours */
 }
 
 static void handle_start(struct sbx_grpc_req *req)
