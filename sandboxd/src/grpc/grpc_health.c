@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "grpc_stream.h"
 #include "grpc/health/v1/health.pb-c.h"
 
 #define STATUS(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
@@ -14,19 +15,15 @@
 static const char *const services[] = {"", "process.v1.ProcessService", "sandboxd.v1.Processes"};
 
 struct watch {
-    struct sbx_grpc_tag send_tag, close_tag;
+    struct sbx_grpc_stream *st;
     struct sbx_health *h;
-    struct sbx_grpc_req *req;
     struct watch *next, **pprev; /* in h->watches while the call lives */
-    int refs;
+    /* Under h->lock: */
     bool known;     /* a service we serve (else SERVICE_UNKNOWN, for good) */
-    bool in_flight; /* one message at a time */
+    bool in_flight; /* one status at a time: the latest is sent when the last is out */
     bool ending;    /* the status is to be sent */
     bool ended;
     int sent; /* last status sent, -1 before the first */
-    int cancelled;
-    grpc_byte_buffer *bb;
-    grpc_slice details;
 };
 
 struct sbx_health {
@@ -115,83 +112,65 @@ static void handle_list(struct sbx_grpc_req *req)
     sbx_grpc_reply(req, &resp.base, GRPC_STATUS_OK, NULL);
 }
 
-static void watch_unref(struct watch *w)
-{
-    if (__atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
-    sbx_grpc_req_free(w->req);
-    free(w);
-}
-
 /* Sends what the watcher has not heard yet: the current status, or the end of the stream.
  * Called with h->lock held. */
 static void watch_pump_locked(struct watch *w)
 {
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    grpc_op ops[2];
-    size_t n = 0;
-    int status = status_locked(w->h, w->known);
+    int status = status_locked(w->h, w->known), r;
 
     if (w->in_flight || w->ended)
         return;
-    memset(ops, 0, sizeof(ops));
-    if (w->sent < 0)
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     if (w->ending) {
-        w->details = grpc_slice_from_static_string("sandboxd is shutting down");
-        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-        ops[n].data.send_status_from_server.status = GRPC_STATUS_UNAVAILABLE;
-        ops[n++].data.send_status_from_server.status_details = &w->details;
         w->ended = true;
-    } else {
-        if (status == w->sent)
-            return;
-        resp.status = status;
-        w->bb = sbx_grpc_pack(&resp.base);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = w->bb;
-        w->sent = status;
+        (void)sbx_grpc_stream_finish(w->st, NULL, GRPC_STATUS_UNAVAILABLE,
+                                     "sandboxd is shutting down");
+        return;
     }
+    if (status == w->sent)
+        return;
+    resp.status = status;
+    w->sent = status;
     w->in_flight = true;
-    __atomic_add_fetch(&w->refs, 1, __ATOMIC_RELAXED);
-    if (sbx_grpc_start_batch(w->req, ops, n, &w->send_tag) != GRPC_CALL_OK) {
+    r = sbx_grpc_stream_send(w->st, &resp.base, 0);
+    if (r < 0) {
         w->in_flight = false;
         w->ended = true;
-        watch_unref(w);
     }
 }
 
-static void watch_sent(struct sbx_grpc_tag *tag, bool ok)
+static void watch_sent(void *data, bool ok, bool final)
 {
-    struct watch *w = (struct watch *)((char *)tag - offsetof(struct watch, send_tag));
+    struct watch *w = data;
     struct sbx_health *h = w->h;
 
+    (void) final;
     pthread_mutex_lock(&h->lock);
-    if (w->bb)
-        grpc_byte_buffer_destroy(w->bb);
-    w->bb = NULL;
     w->in_flight = false;
     if (!ok)
         w->ended = true;
     watch_pump_locked(w);
     pthread_mutex_unlock(&h->lock);
-    watch_unref(w);
 }
 
-static void watch_closed(struct sbx_grpc_tag *tag, bool ok)
+static void watch_closed(void *data, bool cancelled)
 {
-    struct watch *w = (struct watch *)((char *)tag - offsetof(struct watch, close_tag));
+    struct watch *w = data;
     struct sbx_health *h = w->h;
 
-    (void)ok;
+    (void)cancelled;
     pthread_mutex_lock(&h->lock);
-    *w->pprev = w->next;
-    if (w->next)
-        w->next->pprev = w->pprev;
+    if (w->pprev) {
+        *w->pprev = w->next;
+        if (w->next)
+            w->next->pprev = w->pprev;
+    }
     w->ended = true;
     pthread_mutex_unlock(&h->lock);
-    watch_unref(w);
 }
+
+static const struct sbx_grpc_stream_ops watch_ops = {
+    .sent = watch_sent, .closed = watch_closed, .release = free};
 
 static void handle_watch(struct sbx_grpc_req *req)
 {
@@ -200,7 +179,6 @@ static void handle_watch(struct sbx_grpc_req *req)
         sbx_grpc_unpack(req->payload, &grpc__health__v1__health_check_request__descriptor);
     Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)m;
     struct watch *w;
-    grpc_op op;
 
     if (!m) {
         sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed HealthCheckRequest");
@@ -211,30 +189,27 @@ static void handle_watch(struct sbx_grpc_req *req)
         sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    w->send_tag.fn = watch_sent;
-    w->close_tag.fn = watch_closed;
     w->h = h;
-    w->req = req;
     w->known = known_service(r->service);
     w->sent = -1;
-    w->refs = 1; /* the close tag's */
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &w->cancelled;
-    pthread_mutex_lock(&h->lock);
-    w->next = h->watches;
-    if (w->next)
-        w->next->pprev = &w->next;
-    w->pprev = &h->watches;
-    h->watches = w;
-    w->ending = h->stopping;
-    if (sbx_grpc_start_batch(req, &op, 1, &w->close_tag) != GRPC_CALL_OK) {
-        pthread_mutex_unlock(&h->lock);
-        watch_closed(&w->close_tag, false);
+    if (sbx_grpc_stream_new(req, &watch_ops, w, &w->st) < 0) {
+        free(w);
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    watch_pump_locked(w);
+    /* Listed unless its close came first (then it is over: ended, never listed). */
+    pthread_mutex_lock(&h->lock);
+    if (!w->ended) {
+        w->next = h->watches;
+        if (w->next)
+            w->next->pprev = &w->next;
+        w->pprev = &h->watches;
+        h->watches = w;
+        w->ending = h->stopping;
+        watch_pump_locked(w);
+    }
     pthread_mutex_unlock(&h->lock);
+    sbx_grpc_stream_unref(w->st); /* ours */
 }
 
 void sbx_health_set_serving(struct sbx_health *h, bool serving)

@@ -11,6 +11,7 @@
 #include "cleanup.h"
 #include "grpc_launch.h"
 #include "grpc_spec.h"
+#include "grpc_stream.h"
 #include "log.h"
 #include "metrics.h"
 #include "utf8.h"
@@ -201,41 +202,22 @@ static void handle_spawn(struct sbx_grpc_req *req)
 /* Calls that wait for a job's exit (Run, Wait) */
 
 struct wait_call {
-    struct sbx_grpc_tag close_tag;
+    struct sbx_grpc_stream *st;
     struct sbx_job_waiter w;
-    struct sbx_grpc_req *req; /* until answered, under lock */
     struct sbx_job *job;
     struct sbx_jobs *jobs;
-    pthread_mutex_t lock;
-    int refs;
-    int cancelled;
-    bool closed;
     bool run; /* Run: the job dies with the call, is forgotten after the answer */
 };
 
-static void wait_call_unref(struct wait_call *c)
+static void wait_release(void *data)
 {
-    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
+    struct wait_call *c = data;
+
     sbx_job_unref(c->job);
-    sbx_grpc_req_free(c->req); /* NULL once answered */
-    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
-/* Takes the call's request to answer it, once. */
-static struct sbx_grpc_req *take_req(struct wait_call *c)
-{
-    struct sbx_grpc_req *req;
-
-    pthread_mutex_lock(&c->lock);
-    req = c->req;
-    c->req = NULL;
-    pthread_mutex_unlock(&c->lock);
-    return req;
-}
-
-static void answer_run(struct wait_call *c, struct sbx_grpc_req *req)
+static void answer_run(struct wait_call *c)
 {
     Sandboxd__V1__RunResponse m = SANDBOXD__V1__RUN_RESPONSE__INIT;
     Sandboxd__V1__ExitStatus ex;
@@ -263,7 +245,7 @@ static void answer_run(struct wait_call *c, struct sbx_grpc_req *req)
     m.stderr_total = ji.end[1];
     m.pid = ji.pid;
     sbx_metrics_bytes_out(len[0] + len[1]);
-    sbx_grpc_reply_watched(req, &m.base, GRPC_STATUS_OK, NULL);
+    (void)sbx_grpc_stream_finish(c->st, &m.base, GRPC_STATUS_OK, NULL);
     free(buf[0]);
     free(buf[1]);
 }
@@ -272,7 +254,6 @@ static void answer_run(struct wait_call *c, struct sbx_grpc_req *req)
 static void wait_woken(struct sbx_job_waiter *w)
 {
     struct wait_call *c = (struct wait_call *)((char *)w - offsetof(struct wait_call, w));
-    struct sbx_grpc_req *req = take_req(c);
 
     if (c->run) {
         /* Forgotten before it is answered: a List right after the answer does not show it
@@ -282,73 +263,69 @@ static void wait_woken(struct sbx_job_waiter *w)
         sbx_job_info(c->job, &ji);
         (void)sbx_job_remove(c->jobs, ji.id, &e);
     }
-    if (req && c->run) {
-        answer_run(c, req);
-    } else if (req) {
+    if (sbx_grpc_stream_over(c->st)) {
+        /* cancelled: nobody to answer */
+    } else if (c->run) {
+        answer_run(c);
+    } else {
         struct info_buf b;
         info_fill(&b, c->job);
-        sbx_grpc_reply_watched(req, &b.m.base, GRPC_STATUS_OK, NULL);
+        (void)sbx_grpc_stream_finish(c->st, &b.m.base, GRPC_STATUS_OK, NULL);
     }
-    wait_call_unref(c); /* the waiter's */
+    sbx_grpc_stream_unref(c->st); /* the waiter's */
 }
 
-static void wait_closed(struct sbx_grpc_tag *tag, bool ok)
+/* A Wait cancelled before the exit: the waiter is let go (it will not run) and the call counts
+ * as answered CANCELLED. */
+static void wait_cancelled(struct wait_call *c)
 {
-    struct wait_call *c = (struct wait_call *)((char *)tag - offsetof(struct wait_call, close_tag));
-    struct sbx_grpc_req *req;
-
-    (void)ok;
-    __atomic_store_n(&c->closed, true, __ATOMIC_RELEASE);
-    if (c->cancelled) {
-        if (c->run) /* the process dies with its call, as Execute's does; it answers then */
-            (void)sbx_job_signal(c->job, SIGKILL, SBX_SIGNAL_TREE, NULL);
-        else if (sbx_job_unwatch(c->job, &c->w) && (req = take_req(c))) {
-            sbx_grpc_reply_watched(req, NULL, GRPC_STATUS_CANCELLED, "cancelled");
-            wait_call_unref(c); /* the waiter's: it will not run */
-        }
-    }
-    wait_call_unref(c);
+    if (!sbx_job_unwatch(c->job, &c->w))
+        return;
+    sbx_metrics_request(SBX_METRIC_GRPC, GRPC_STATUS_CANCELLED);
+    sbx_grpc_stream_unref(c->st); /* the waiter's */
 }
+
+static void wait_closed(void *data, bool cancelled)
+{
+    struct wait_call *c = data;
+
+    if (!cancelled)
+        return;
+    if (c->run) /* the process dies with its call, as Execute's does; it answers then */
+        (void)sbx_job_signal(c->job, SIGKILL, SBX_SIGNAL_TREE, NULL);
+    else
+        wait_cancelled(c);
+}
+
+static const struct sbx_grpc_stream_ops wait_ops = {.closed = wait_closed, .release = wait_release};
 
 /* Watches the call's end and the job's exit; answers at the exit. Takes over req and job. */
 static void wait_for_exit(struct sbx_grpc_req *req, struct sbx_job *job, bool run)
 {
     struct sbx_jobs_service *svc = req->method_data;
     struct wait_call *c = calloc(1, sizeof(*c));
-    grpc_op op;
 
-    if (!c) {
+    if (c) {
+        c->job = job;
+        c->jobs = svc->jobs;
+        c->run = run;
+        c->w.fn = wait_woken;
+        c->w.seen[0] = c->w.seen[1] = UINT64_MAX; /* the exit alone wakes it */
+    }
+    if (!c || sbx_grpc_stream_new(req, &wait_ops, c, &c->st) < 0) {
         if (run)
             (void)sbx_job_signal(job, SIGKILL, SBX_SIGNAL_TREE, NULL);
         sbx_job_unref(job);
+        free(c);
         sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    pthread_mutex_init(&c->lock, NULL);
-    c->req = req;
-    c->job = job;
-    c->jobs = svc->jobs;
-    c->run = run;
-    c->refs = 3; /* ours, the close tag's, the waiter's */
-    c->close_tag.fn = wait_closed;
-    c->w.fn = wait_woken;
-    c->w.seen[0] = c->w.seen[1] = UINT64_MAX; /* the exit alone wakes it */
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (sbx_grpc_start_batch(req, &op, 1, &c->close_tag) != GRPC_CALL_OK)
-        wait_closed(&c->close_tag, false);
-    if (!sbx_job_watch(job, &c->w)) {
+    sbx_grpc_stream_ref(c->st); /* the waiter's */
+    if (!sbx_job_watch(job, &c->w))
         wait_woken(&c->w);
-    } else if (!run && __atomic_load_n(&c->closed, __ATOMIC_ACQUIRE) && c->cancelled &&
-               sbx_job_unwatch(job, &c->w)) {
-        /* Cancelled before the waiter was armed: answer now. */
-        struct sbx_grpc_req *r = take_req(c);
-        if (r)
-            sbx_grpc_reply_watched(r, NULL, GRPC_STATUS_CANCELLED, "cancelled");
-        wait_call_unref(c); /* the waiter's */
-    }
-    wait_call_unref(c);
+    else if (!run && sbx_grpc_stream_over(c->st))
+        wait_cancelled(c);        /* cancelled before the waiter was armed */
+    sbx_grpc_stream_unref(c->st); /* ours */
 }
 
 static void stdin_done(void *data, int result)
@@ -579,66 +556,44 @@ static void handle_remove(struct sbx_grpc_req *req)
 /* Attach: output from offsets, then (following) as it comes, then the exit */
 
 struct attach {
-    struct sbx_grpc_tag send_tag, close_tag;
+    struct sbx_grpc_stream *st;
     struct sbx_job_waiter w;
-    struct sbx_grpc_req *req;
     struct sbx_job *job;
-    int refs;
-    int cancelled;
-    bool closed;       /* the call is over: send nothing more */
-    bool initial_sent; /* initial metadata went with the first message */
-    bool final_sent;
     bool follow;
     bool want[2];
     uint64_t off[2];
     size_t chunk;
     uint8_t *buf;
-    grpc_byte_buffer *bb;
-    grpc_slice details;
 };
 
-static void attach_unref(struct attach *a)
+static void attach_release(void *data)
 {
-    if (__atomic_sub_fetch(&a->refs, 1, __ATOMIC_ACQ_REL) > 0)
-        return;
+    struct attach *a = data;
+
     sbx_job_unref(a->job);
-    sbx_grpc_req_free(a->req);
     free(a->buf);
     free(a);
-}
-
-/* Sends one event, with the OK status after it when final (event may be NULL then). */
-static void attach_send(struct attach *a, const Sandboxd__V1__AttachEvent *ev, bool final)
-{
-    grpc_op ops[3];
-    size_t n = 0;
-
-    memset(ops, 0, sizeof(ops));
-    if (!a->initial_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        a->initial_sent = true;
-    }
-    if (ev) {
-        a->bb = sbx_grpc_pack(&ev->base);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = a->bb;
-    }
-    if (final) {
-        sbx_metrics_request(SBX_METRIC_GRPC, GRPC_STATUS_OK);
-        a->details = grpc_empty_slice();
-        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-        ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
-        ops[n++].data.send_status_from_server.status_details = &a->details;
-        a->final_sent = true;
-    }
-    __atomic_add_fetch(&a->refs, 1, __ATOMIC_RELAXED);
-    if (sbx_grpc_start_batch(a->req, ops, n, &a->send_tag) != GRPC_CALL_OK)
-        a->send_tag.fn(&a->send_tag, false);
 }
 
 static Sandboxd__V1__Stream stream_of(int s)
 {
     return s == 0 ? SANDBOXD__V1__STREAM__STREAM_STDOUT : SANDBOXD__V1__STREAM__STREAM_STDERR;
+}
+
+/* Arms the waiter for news past the offsets read; false when there is news already. */
+static bool attach_wait(struct attach *a)
+{
+    a->w.seen[0] = a->want[0] ? a->off[0] : UINT64_MAX;
+    a->w.seen[1] = a->want[1] ? a->off[1] : UINT64_MAX;
+    sbx_grpc_stream_ref(a->st); /* the waiter's */
+    if (sbx_job_watch(a->job, &a->w)) {
+        /* Closed meanwhile, before its handler could disarm: disarm here. */
+        if (sbx_grpc_stream_over(a->st) && sbx_job_unwatch(a->job, &a->w))
+            sbx_grpc_stream_unref(a->st);
+        return true;
+    }
+    sbx_grpc_stream_unref(a->st);
+    return false;
 }
 
 /* Sends the next event, or arms the waiter when there is none yet. Runs with no send in flight
@@ -651,8 +606,8 @@ static void attach_pump(struct attach *a)
     Sandboxd__V1__ExitStatus ex;
     struct sbx_job_info ji;
 
-    for (;;) {
-        if (__atomic_load_n(&a->closed, __ATOMIC_ACQUIRE))
+    do {
+        if (sbx_grpc_stream_over(a->st))
             return;
         /* Exited first: all its output is in the rings by then, so reads after this see it. */
         sbx_job_info(a->job, &ji);
@@ -669,7 +624,7 @@ static void attach_pump(struct attach *a)
                 a->off[s] = at;
                 ev.event_case = SANDBOXD__V1__ATTACH_EVENT__EVENT_TRUNCATED;
                 ev.truncated = &tr;
-                attach_send(a, &ev, false);
+                (void)sbx_grpc_stream_send(a->st, &ev.base, 0);
                 return;
             }
             if (n > 0) {
@@ -681,7 +636,7 @@ static void attach_pump(struct attach *a)
                 ev.event_case = SANDBOXD__V1__ATTACH_EVENT__EVENT_OUTPUT;
                 ev.output = &out;
                 sbx_metrics_bytes_out(n);
-                attach_send(a, &ev, false);
+                (void)sbx_grpc_stream_send(a->st, &ev.base, 0);
                 return;
             }
         }
@@ -689,24 +644,14 @@ static void attach_pump(struct attach *a)
             exit_fill(&ex, &ji.ex, ji.reason);
             ev.event_case = SANDBOXD__V1__ATTACH_EVENT__EVENT_EXIT;
             ev.exit = &ex;
-            attach_send(a, &ev, true);
+            (void)sbx_grpc_stream_finish(a->st, &ev.base, GRPC_STATUS_OK, NULL);
             return;
         }
         if (!a->follow) {
-            attach_send(a, NULL, true);
+            (void)sbx_grpc_stream_finish(a->st, NULL, GRPC_STATUS_OK, NULL);
             return;
         }
-        a->w.seen[0] = a->want[0] ? a->off[0] : UINT64_MAX;
-        a->w.seen[1] = a->want[1] ? a->off[1] : UINT64_MAX;
-        __atomic_add_fetch(&a->refs, 1, __ATOMIC_RELAXED); /* the waiter's */
-        if (sbx_job_watch(a->job, &a->w)) {
-            /* Closed meanwhile, before its handler could disarm: disarm here. */
-            if (__atomic_load_n(&a->closed, __ATOMIC_ACQUIRE) && sbx_job_unwatch(a->job, &a->w))
-                __atomic_sub_fetch(&a->refs, 1, __ATOMIC_RELAXED);
-            return;
-        }
-        __atomic_sub_fetch(&a->refs, 1, __ATOMIC_RELAXED); /* news already: read again */
-    }
+    } while (!attach_wait(a));
 }
 
 static void attach_woken(struct sbx_job_waiter *w)
@@ -714,34 +659,27 @@ static void attach_woken(struct sbx_job_waiter *w)
     struct attach *a = (struct attach *)((char *)w - offsetof(struct attach, w));
 
     attach_pump(a);
-    attach_unref(a); /* the waiter's */
+    sbx_grpc_stream_unref(a->st); /* the waiter's */
 }
 
-static void attach_sent(struct sbx_grpc_tag *tag, bool ok)
+static void attach_sent(void *data, bool ok, bool final)
 {
-    struct attach *a = (struct attach *)((char *)tag - offsetof(struct attach, send_tag));
-
-    if (a->bb)
-        grpc_byte_buffer_destroy(a->bb);
-    a->bb = NULL;
-    if (!ok)
-        __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
-    else if (!a->final_sent)
-        attach_pump(a);
-    attach_unref(a);
+    if (ok && !final)
+        attach_pump(data);
 }
 
-static void attach_closed(struct sbx_grpc_tag *tag, bool ok)
+static void attach_closed(void *data, bool cancelled)
 {
-    struct attach *a = (struct attach *)((char *)tag - offsetof(struct attach, close_tag));
+    struct attach *a = data;
 
-    (void)ok;
+    (void)cancelled;
     /* The process carries on whoever reads it. A waiting reader lets go of its waiter. */
-    __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
     if (sbx_job_unwatch(a->job, &a->w))
-        attach_unref(a); /* the waiter's: it will not run */
-    attach_unref(a);
+        sbx_grpc_stream_unref(a->st); /* the waiter's: it will not run */
 }
+
+static const struct sbx_grpc_stream_ops attach_ops = {
+    .sent = attach_sent, .closed = attach_closed, .release = attach_release};
 
 static void handle_attach(struct sbx_grpc_req *req)
 {
@@ -749,7 +687,6 @@ static void handle_attach(struct sbx_grpc_req *req)
     struct sbx_jobs_service *svc = req->method_data;
     struct sbx_job *job;
     struct attach *a;
-    grpc_op op;
 
     job = lookup(req, r->id);
     if (!job)
@@ -758,32 +695,24 @@ static void handle_attach(struct sbx_grpc_req *req)
     if (a) {
         a->chunk = svc->chunk_size ? svc->chunk_size : DEFAULT_CHUNK;
         a->buf = malloc(a->chunk);
+        a->job = job;
+        a->follow = r->follow;
+        a->want[0] = !r->skip_stdout;
+        a->want[1] = !r->skip_stderr;
+        a->off[0] = r->stdout_offset;
+        a->off[1] = r->stderr_offset;
+        a->w.fn = attach_woken;
     }
-    if (!a || !a->buf) {
+    if (!a || !a->buf || sbx_grpc_stream_new(req, &attach_ops, a, &a->st) < 0) {
+        if (a)
+            free(a->buf);
         free(a);
         sbx_job_unref(job);
         sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    a->req = req;
-    a->job = job;
-    a->refs = 1; /* ours */
-    a->follow = r->follow;
-    a->want[0] = !r->skip_stdout;
-    a->want[1] = !r->skip_stderr;
-    a->off[0] = r->stdout_offset;
-    a->off[1] = r->stderr_offset;
-    a->send_tag.fn = attach_sent;
-    a->close_tag.fn = attach_closed;
-    a->w.fn = attach_woken;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &a->cancelled;
-    a->refs++;
-    if (sbx_grpc_start_batch(req, &op, 1, &a->close_tag) != GRPC_CALL_OK)
-        attach_closed(&a->close_tag, false);
     attach_pump(a);
-    attach_unref(a);
+    sbx_grpc_stream_unref(a->st); /* ours */
 }
 
 int sbx_grpc_jobs_register(struct sbx_grpc *srv, struct sbx_jobs_service *svc,

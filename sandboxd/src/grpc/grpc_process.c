@@ -286,7 +286,8 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
             init.process_id = sbx_proc_id(c->proc);
             m.event_case = PROCESS__V1__START_RESPONSE__EVENT_INIT;
             m.init = &init;
-            (void)sbx_grpc_stream_send(c->st, &m.base, 0);
+            if (sbx_grpc_stream_send(c->st, &m.base, 0) < 0)
+                sbx_proc_detach(c->proc); /* over: nobody reads the output */
         }
     }
     sbx_grpc_stream_unref(c->st); /* ours */

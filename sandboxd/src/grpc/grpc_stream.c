@@ -81,10 +81,11 @@ void sbx_grpc_stream_unref(struct sbx_grpc_stream *st)
     free(st);
 }
 
-/* Starts the first queued send when none is in flight; the batch holds a reference. Returns
- * false when gRPC refused it (the server is closed): the caller, once unlocked, completes it
- * as a failed send. */
-static bool kick_locked(struct sbx_grpc_stream *st)
+/* Starts the first queued send when none is in flight; the batch holds a reference. When gRPC
+ * refuses it (the server is closed) the stream breaks: the send and the queue are taken out
+ * (into *failed, for the caller to free once unlocked, with the batch's reference) and false
+ * is returned. */
+static bool kick_locked(struct sbx_grpc_stream *st, struct out **failed)
 {
     grpc_op ops[3];
     struct out *o = st->head;
@@ -113,7 +114,13 @@ static bool kick_locked(struct sbx_grpc_stream *st)
         ops[n++].data.send_status_from_server.status_details = &o->details;
     }
     sbx_grpc_stream_ref(st);
-    return sbx_grpc_start_batch(st->req, ops, n, &st->send_tag) == GRPC_CALL_OK;
+    if (sbx_grpc_start_batch(st->req, ops, n, &st->send_tag) == GRPC_CALL_OK)
+        return true;
+    st->cur = NULL;
+    st->broken = true;
+    o->next = take_queue_locked(st);
+    *failed = o;
+    return false;
 }
 
 static void on_sent(struct sbx_grpc_tag *tag, bool ok)
@@ -130,17 +137,24 @@ static void on_sent(struct sbx_grpc_tag *tag, bool ok)
         st->broken = true;
         dropped = take_queue_locked(st);
     } else {
-        started = kick_locked(st);
+        started = kick_locked(st, &dropped);
     }
     pthread_mutex_unlock(&st->lock);
     final = o->final;
     out_free(o);
-    free_queue(dropped);
     if (st->ops->sent)
         st->ops->sent(st->data, ok, final);
-    if (!started)
-        on_sent(&st->send_tag, false); /* the next one; no further recursion: broken now */
-    sbx_grpc_stream_unref(st);         /* the batch's */
+    if (!started) {
+        /* The next send could not start: it failed, and took the queue with it. */
+        final = dropped->final;
+        free_queue(dropped);
+        if (st->ops->sent)
+            st->ops->sent(st->data, false, final);
+        sbx_grpc_stream_unref(st); /* its batch's */
+    } else {
+        free_queue(dropped);
+    }
+    sbx_grpc_stream_unref(st); /* the batch's */
 }
 
 static void on_closed(struct sbx_grpc_tag *tag, bool ok)
@@ -184,11 +198,13 @@ int sbx_grpc_stream_new(struct sbx_grpc_req *req, const struct sbx_grpc_stream_o
     return 0;
 }
 
-/* Appends o, or refuses it (-EPIPE, -EALREADY) and frees it. */
+/* Appends o, or refuses it (-EPIPE, -EALREADY) and frees it. A send that gRPC refuses to start
+ * (the server is closed) breaks the stream and gives -EPIPE, with no sent callback: the caller
+ * may hold a lock the callback takes. */
 static int enqueue(struct sbx_grpc_stream *st, struct out *o)
 {
+    struct out *failed = NULL;
     int r = 0;
-    bool started = true;
 
     pthread_mutex_lock(&st->lock);
     if (o->final && st->finishing)
@@ -199,13 +215,16 @@ static int enqueue(struct sbx_grpc_stream *st, struct out *o)
         st->finishing = o->final;
         *st->tail = o;
         st->tail = &o->next;
-        started = kick_locked(st);
+        if (!kick_locked(st, &failed))
+            r = -EPIPE;
     }
     pthread_mutex_unlock(&st->lock);
-    if (r < 0)
+    if (failed) {
+        free_queue(failed);        /* o among them */
+        sbx_grpc_stream_unref(st); /* the batch's */
+    } else if (r < 0) {
         out_free(o);
-    if (!started)
-        on_sent(&st->send_tag, false);
+    }
     return r;
 }
 

@@ -35,13 +35,15 @@ void sbx_grpc_stream_ref(struct sbx_grpc_stream *st);
 void sbx_grpc_stream_unref(struct sbx_grpc_stream *st);
 
 /* Queues message m (encoded now; initial metadata goes with the first send). flags: gRPC write
- * flags (GRPC_WRITE_BUFFER_HINT). Returns 0, -EPIPE when the call is over, finished or broken
- * (nothing is queued), -ENOMEM. */
+ * flags (GRPC_WRITE_BUFFER_HINT). Returns 0; -EPIPE when the call is over, finished or broken,
+ * or when gRPC refuses to start the send (the server is closed: the stream breaks), and then
+ * nothing was queued and no sent callback follows (the caller may hold a lock it takes);
+ * -ENOMEM. */
 int sbx_grpc_stream_send(struct sbx_grpc_stream *st, const ProtobufCMessage *m, uint32_t flags);
 
 /* Queues the end of the call: message m when not NULL (only with GRPC_STATUS_OK), then the
  * status with details (may be NULL), once. Returns 0, -EALREADY when the end was queued
- * already, -EPIPE when the call is over or broken, -ENOMEM (the call is then cancelled). */
+ * already, -EPIPE as sbx_grpc_stream_send, -ENOMEM (the call is then cancelled). */
 int sbx_grpc_stream_finish(struct sbx_grpc_stream *st, const ProtobufCMessage *m,
                            grpc_status_code code, const char *details);
 
