@@ -30,10 +30,11 @@ Try, from another shell:
       127.0.0.1:$GRPC_PORT process.v1.ProcessService/Start
   grpc-health-probe -addr 127.0.0.1:$GRPC_PORT
 
-  # sandboxd.v1.Processes: a process that outlives the call, read back from any offset
-  grpcurl -plaintext -d '{"spec":{"command":["sh","-c","for i in 1 2 3; do echo \$i; sleep 1; done"],"tag":"demo"}}' \\
-      127.0.0.1:$GRPC_PORT sandboxd.v1.Processes/Spawn
-  grpcurl -plaintext -d '{"id":1,"follow":true}' 127.0.0.1:$GRPC_PORT sandboxd.v1.Processes/Attach
+  # sandboxd.v1.Processes: a process that outlives the call, read back from any offset (ids
+  # count every process started, by either service: Attach the one Spawn answered)
+  id=\$(grpcurl -plaintext -d '{"spec":{"command":["sh","-c","for i in 1 2 3; do echo \$i; sleep 1; done"],"tag":"demo"}}' \\
+      127.0.0.1:$GRPC_PORT sandboxd.v1.Processes/Spawn | sed -n 's/^  "id": *\([0-9]*\),\$/\1/p')
+  grpcurl -plaintext -d "{\"id\":\$id,\"follow\":true}" 127.0.0.1:$GRPC_PORT sandboxd.v1.Processes/Attach
   grpcurl -plaintext -d '{}' 127.0.0.1:$GRPC_PORT sandboxd.v1.Processes/List
 
   curl -s 127.0.0.1:$REST_PORT/v1/health
