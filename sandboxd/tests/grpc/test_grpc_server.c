@@ -9,6 +9,7 @@
 
 #include "grpc_server.h"
 #include "tap.h"
+#include "test_client.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
@@ -49,34 +50,14 @@ static void keep(struct sbx_grpc_req *req)
 }
 
 /* A client call of /t.T/Keep: sends an empty request and waits for the status. */
-struct client {
-    grpc_channel *ch;
-    grpc_completion_queue *cq;
-    grpc_call *call;
-    grpc_metadata_array initial, trailing;
-    grpc_status_code status;
-    grpc_slice details;
-};
-
-static bool client_call(struct client *c, int port)
+static bool client_call(struct test_client *c, int port)
 {
-    char target[64];
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    grpc_slice method = grpc_slice_from_static_string("/t.T/Keep");
     grpc_slice empty = grpc_empty_slice();
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&empty, 1);
     grpc_op ops[5];
     grpc_call_error e;
 
-    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
-    c->ch = grpc_channel_create(target, creds, NULL);
-    grpc_channel_credentials_release(creds);
-    c->cq = grpc_completion_queue_create_for_next(NULL);
-    c->call = grpc_channel_create_call(
-        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, method, NULL,
-        gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(30, GPR_TIMESPAN)), NULL);
-    grpc_metadata_array_init(&c->initial);
-    grpc_metadata_array_init(&c->trailing);
+    test_client_open(c, port, "/t.T/Keep", 0);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
@@ -84,37 +65,20 @@ static bool client_call(struct client *c, int port)
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->initial;
-    ops[4].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[4].data.recv_status_on_client.trailing_metadata = &c->trailing;
-    ops[4].data.recv_status_on_client.status = &c->status;
-    ops[4].data.recv_status_on_client.status_details = &c->details;
+    test_client_recv_status(c, &ops[4]);
     e = grpc_call_start_batch(c->call, ops, 5, c, NULL);
     grpc_byte_buffer_destroy(bb);
     return e == GRPC_CALL_OK;
 }
 
 /* Waits for the client's status; true when it came. */
-static bool client_done(struct client *c)
+static bool client_done(struct test_client *c)
 {
     grpc_event ev = grpc_completion_queue_next(
         c->cq, gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(10, GPR_TIMESPAN)),
         NULL);
 
     return ev.type == GRPC_OP_COMPLETE && ev.tag == c;
-}
-
-static void client_free(struct client *c)
-{
-    grpc_call_unref(c->call);
-    grpc_slice_unref(c->details);
-    grpc_metadata_array_destroy(&c->initial);
-    grpc_metadata_array_destroy(&c->trailing);
-    grpc_channel_destroy(c->ch);
-    grpc_completion_queue_shutdown(c->cq);
-    while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(c->cq);
 }
 
 static struct sbx_grpc_tag never = {0};
@@ -127,7 +91,7 @@ static void test_batch_after_close_fails(void)
     const struct sbx_grpc_method m = {"/t.T/Keep", false, keep, NULL, 1};
     struct sbx_error e = {0};
     struct sbx_grpc *s = NULL;
-    struct client c;
+    struct test_client c;
     grpc_slice details = grpc_slice_from_static_string("late");
     grpc_op ops[2];
     int port;
@@ -157,7 +121,7 @@ static void test_batch_after_close_fails(void)
     ok(client_done(&c), "the client got its status");
     ok(c.status != GRPC_STATUS_OK, "it ended unanswered (status %d)", (int)c.status);
     sbx_grpc_req_free(held);
-    client_free(&c);
+    test_client_free(&c);
     sbx_grpc_free(s);
 }
 

@@ -18,6 +18,7 @@
 #include "grpc_stream.h"
 #include "process/v1/process.pb-c.h"
 #include "tap.h"
+#include "test_client.h"
 
 enum mode { BURST, BIG_THEN_END, FLOOD, HOLD };
 
@@ -156,12 +157,7 @@ static void handler(struct sbx_grpc_req *req)
 
 /* A client call of /t.T/S reading the server's stream. */
 struct client {
-    grpc_channel *ch;
-    grpc_completion_queue *cq;
-    grpc_call *call;
-    grpc_metadata_array initial, trailing;
-    grpc_status_code status;
-    grpc_slice details;
+    struct test_client t;
     grpc_byte_buffer *msg;
     bool got_status;
     int tag_start, tag_status, tag_msg;
@@ -169,45 +165,26 @@ struct client {
 
 static bool client_call(struct client *c, int port)
 {
-    char target[64];
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     grpc_slice empty = grpc_empty_slice();
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&empty, 1);
-    grpc_channel_args args;
-    grpc_arg arg;
     grpc_op ops[4];
     bool started;
 
     memset(c, 0, sizeof(*c));
-    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
-    arg.type = GRPC_ARG_INTEGER;
-    arg.key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    arg.value.integer = 8 << 20;
-    args.num_args = 1;
-    args.args = &arg;
-    c->ch = grpc_channel_create(target, creds, &args);
-    grpc_channel_credentials_release(creds);
-    c->cq = grpc_completion_queue_create_for_next(NULL);
-    c->call = grpc_channel_create_call(
-        c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, grpc_slice_from_static_string("/t.T/S"), NULL,
-        gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(30, GPR_TIMESPAN)), NULL);
-    grpc_metadata_array_init(&c->initial);
-    grpc_metadata_array_init(&c->trailing);
+    test_client_open(&c->t, port, "/t.T/S", 8 << 20);
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->initial;
-    started = grpc_call_start_batch(c->call, ops, 4, &c->tag_start, NULL) == GRPC_CALL_OK;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->t.initial;
+    started = grpc_call_start_batch(c->t.call, ops, 4, &c->tag_start, NULL) == GRPC_CALL_OK;
     grpc_byte_buffer_destroy(bb);
     memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[0].data.recv_status_on_client.trailing_metadata = &c->trailing;
-    ops[0].data.recv_status_on_client.status = &c->status;
-    ops[0].data.recv_status_on_client.status_details = &c->details;
-    return started && grpc_call_start_batch(c->call, ops, 1, &c->tag_status, NULL) == GRPC_CALL_OK;
+    test_client_recv_status(&c->t, &ops[0]);
+    return started &&
+           grpc_call_start_batch(c->t.call, ops, 1, &c->tag_status, NULL) == GRPC_CALL_OK;
 }
 
 /* Waits for the event of tag (noting the status on the way); false on a timeout. */
@@ -215,7 +192,7 @@ static bool client_wait(struct client *c, void *tag)
 {
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(
-            c->cq,
+            c->t.cq,
             gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(10, GPR_TIMESPAN)),
             NULL);
         if (ev.type != GRPC_OP_COMPLETE)
@@ -239,7 +216,7 @@ static bool client_read(struct client *c, uint32_t *num, size_t *len)
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->msg;
     c->msg = NULL;
-    if (grpc_call_start_batch(c->call, &op, 1, &c->tag_msg, NULL) != GRPC_CALL_OK ||
+    if (grpc_call_start_batch(c->t.call, &op, 1, &c->tag_msg, NULL) != GRPC_CALL_OK ||
         !client_wait(c, &c->tag_msg) || !c->msg)
         return false;
     grpc_byte_buffer_reader_init(&reader, c->msg);
@@ -266,20 +243,6 @@ static bool client_status(struct client *c)
     return c->got_status || client_wait(c, &c->tag_status);
 }
 
-static void client_free(struct client *c)
-{
-    grpc_call_unref(c->call);
-    grpc_slice_unref(c->details);
-    grpc_metadata_array_destroy(&c->initial);
-    grpc_metadata_array_destroy(&c->trailing);
-    grpc_channel_destroy(c->ch);
-    grpc_completion_queue_shutdown(c->cq);
-    while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN)
-        ;
-    grpc_completion_queue_destroy(c->cq);
-}
-
 static void test_queued_in_order(int port)
 {
     struct client c;
@@ -292,13 +255,13 @@ static void test_queued_in_order(int port)
     while (client_read(&c, &num, &len))
         in_order &= num == want++ && len == 64;
     ok(in_order && want == BURST_N, "burst: %u of %d messages, in order", want, BURST_N);
-    ok(client_status(&c) && c.status == GRPC_STATUS_OK, "burst: status OK");
+    ok(client_status(&c) && c.t.status == GRPC_STATUS_OK, "burst: status OK");
     ok(wait_count(&released, 1), "burst: released");
     ok(sent_ok == BURST_N + 1 && sent_failed == 0 && finals == 1,
        "burst: every send reported once (%d ok, %d failed, %d final)", sent_ok, sent_failed,
        finals);
     ok(closed == 1 && closed_cancelled == 0 && released == 1, "burst: closed once, not cancelled");
-    client_free(&c);
+    test_client_free(&c.t);
 }
 
 static void test_end_racing_pending_send(int port)
@@ -317,12 +280,12 @@ static void test_end_racing_pending_send(int port)
     got = client_read(&c, &num, &len);
     ok(got && num == 7 && len == BIG_BYTES, "the pending message arrived whole (%zu bytes)", len);
     ok(!client_read(&c, &num, &len), "then the end of the stream");
-    ok(client_status(&c) && c.status == GRPC_STATUS_OK, "status OK");
+    ok(client_status(&c) && c.t.status == GRPC_STATUS_OK, "status OK");
     got = wait_count(&released, 1);
     ok(got && released == 1, "released once");
     ok(sent_at_release == 2 && finals == 1, "released after both sends completed (%d)",
        sent_at_release);
-    client_free(&c);
+    test_client_free(&c.t);
 }
 
 static void test_cancel_mid_send(int port)
@@ -338,7 +301,7 @@ static void test_cancel_mid_send(int port)
     ok(client_read(&c, &num, &len) && num == 0 && len == FLOOD_SIZE, "first message read");
     got = wait_count(&handled, 1);
     ok(got && queued == FLOOD_N, "all %d sends were queued", queued);
-    grpc_call_cancel(c.call, NULL);
+    grpc_call_cancel(c.t.call, NULL);
     got = wait_count(&closed, 1);
     ok(got && closed_cancelled == 1, "the stream saw the cancel");
     pthread_mutex_lock(&lock);
@@ -356,8 +319,8 @@ static void test_cancel_mid_send(int port)
        sent_at_release);
     ok(sent_ok + sent_failed < FLOOD_N, "the queue behind the failed send was dropped (%d + %d)",
        sent_ok, sent_failed);
-    ok(client_status(&c) && c.status == GRPC_STATUS_CANCELLED, "the client sees CANCELLED");
-    client_free(&c);
+    ok(client_status(&c) && c.t.status == GRPC_STATUS_CANCELLED, "the client sees CANCELLED");
+    test_client_free(&c.t);
 }
 
 static void on_shut_down(void *arg)
@@ -393,9 +356,9 @@ static void test_shutdown_with_calls_in_flight(struct sbx_grpc *s, int port)
     pthread_mutex_unlock(&lock);
     ok(shut_down, "the shutdown finished");
     for (int i = 0; i < 3; i++) {
-        ok(client_status(&c[i]) && c[i].status != GRPC_STATUS_OK, "client %d ended (status %d)", i,
-           (int)c[i].status);
-        client_free(&c[i]);
+        ok(client_status(&c[i]) && c[i].t.status != GRPC_STATUS_OK, "client %d ended (status %d)",
+           i, (int)c[i].t.status);
+        test_client_free(&c[i].t);
     }
 }
 
