@@ -223,17 +223,48 @@ static struct pcall *pcall_new(struct sbx_grpc_req *req, const struct sbx_proces
     return c;
 }
 
-/* Starts the process of a Start or Execute call. */
+/* Starts c's process; on failure answers the call with the reference's wording. */
+static int pcall_start(struct pcall *c, struct sbx_process_service *svc, const struct sbx_launch *l,
+                       const Process__V1__PTY *pty)
+{
+    struct sbx_proc_opts o = {.argv = l->argv, .envp = l->envp, .cwd_fd = l->cwd_fd};
+    struct sbx_error e = {0};
+    bool kill_now;
+    char msg[512];
+    int r;
+
+    o.pty = pty != NULL;
+    o.cols = pty ? (unsigned short)pty->cols : 0;
+    o.rows = pty ? (unsigned short)pty->rows : 0;
+    o.credit = c->execute ? SBX_CREDIT_UNLIMITED : 0;
+    o.anonymous = c->execute;
+    sbx_grpc_stream_ref(c->st); /* the sink's, before the process can exit */
+    pthread_mutex_lock(&c->lock);
+    r = sbx_proc_start(svc->procs, &o, c->execute ? &capture_sink : &stream_sink, c, &c->proc, &e);
+    kill_now = r == 0 && c->closed && c->cancelled;
+    pthread_mutex_unlock(&c->lock);
+    if (r < 0) {
+        grpc_status_code code = sbx_launch_error_status(
+            r, &e,
+            c->execute ? "failed to execute command"
+                       : (pty ? "failed to start command with PTY" : "failed to start command"),
+            msg, sizeof(msg));
+        (void)sbx_grpc_stream_finish(c->st, NULL, code, msg);
+        sbx_grpc_stream_unref(c->st); /* the sink's: it will never run */
+    } else if (kill_now) {
+        kill_with_call(c);
+    }
+    return r;
+}
+
+/* Runs the process of a Start or Execute call. */
 static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *config,
                 const Process__V1__PTY *pty, bool execute)
 {
     struct sbx_process_service *svc = req->method_data;
     struct sbx_launch l = {.cwd_fd = -1};
     struct sbx_error e = {0};
-    struct sbx_proc_opts o = {0};
     struct pcall *c;
-    bool kill_now;
-    char msg[512];
     int r;
 
     if (__atomic_load_n(&svc->draining, __ATOMIC_ACQUIRE)) {
@@ -251,46 +282,19 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
      * the reply at once, on the loop thread. A cancel that comes first kills the process once
      * it exists. */
     c = pcall_new(req, svc, execute);
-    if (!c) {
-        sbx_launch_release(&l);
-        return;
-    }
-    o.argv = l.argv;
-    o.envp = l.envp;
-    o.cwd_fd = l.cwd_fd;
-    o.pty = pty != NULL;
-    o.cols = pty ? (unsigned short)pty->cols : 0;
-    o.rows = pty ? (unsigned short)pty->rows : 0;
-    o.credit = execute ? SBX_CREDIT_UNLIMITED : 0;
-    o.anonymous = execute;
-    sbx_grpc_stream_ref(c->st); /* the sink's, before the process can exit */
-    pthread_mutex_lock(&c->lock);
-    r = sbx_proc_start(svc->procs, &o, execute ? &capture_sink : &stream_sink, c, &c->proc, &e);
-    kill_now = r == 0 && c->closed && c->cancelled;
-    pthread_mutex_unlock(&c->lock);
+    r = c ? pcall_start(c, svc, &l, pty) : -ENOMEM;
     sbx_launch_release(&l);
-    if (r < 0) {
-        grpc_status_code code = sbx_launch_error_status(
-            r, &e,
-            execute ? "failed to execute command"
-                    : (pty ? "failed to start command with PTY" : "failed to start command"),
-            msg, sizeof(msg));
-        (void)sbx_grpc_stream_finish(c->st, NULL, code, msg);
-        sbx_grpc_stream_unref(c->st); /* the sink's: it will never run */
-    } else {
-        if (kill_now)
-            kill_with_call(c);
-        if (!execute) {
-            Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
-            Process__V1__InitEvent init = PROCESS__V1__INIT_EVENT__INIT;
-            init.process_id = sbx_proc_id(c->proc);
-            m.event_case = PROCESS__V1__START_RESPONSE__EVENT_INIT;
-            m.init = &init;
-            if (sbx_grpc_stream_send(c->st, &m.base, 0) < 0)
-                sbx_proc_detach(c->proc); /* over: nobody reads the output */
-        }
+    if (r == 0 && !execute) {
+        Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
+        Process__V1__InitEvent init = PROCESS__V1__INIT_EVENT__INIT;
+        init.process_id = sbx_proc_id(c->proc);
+        m.event_case = PROCESS__V1__START_RESPONSE__EVENT_INIT;
+        m.init = &init;
+        if (sbx_grpc_stream_send(c->st, &m.base, 0) < 0)
+            sbx_proc_detach(c->proc); /* over: nobody reads the output */
     }
-    sbx_grpc_stream_unref(c->st); /* ours */
+    if (c)
+        sbx_grpc_stream_unref(c->st); /* ours */
 }
 
 static void handle_start(struct sbx_grpc_req *req)
