@@ -18,7 +18,7 @@
 #include "path.h"
 #include "tar_internal.h"
 
-int tar_open_beneath(int dirfd, const char *path, int flags)
+int sbx_tar_open_beneath(int dirfd, const char *path, int flags)
 {
     struct open_how how = {
         .flags = (uint64_t)(flags | O_CLOEXEC),
@@ -38,7 +38,7 @@ int tar_open_beneath(int dirfd, const char *path, int flags)
 
 /* Cleans an archived name into a path relative to the target ("" for the target itself):
  * "." and empty components go, ".." takes one off; -EXDEV if absolute or climbing out. */
-int tar_clean_name(const char *name, char **ret)
+int sbx_tar_clean_name(const char *name, char **ret)
 {
     size_t len = strlen(name), n = 0;
     char *out;
@@ -64,7 +64,7 @@ int tar_clean_name(const char *name, char **ret)
  * dirfd; returns an O_PATH fd of the last. */
 static int make_dirs(int dirfd, char *path)
 {
-    _cleanup_close_ int cur = tar_open_beneath(dirfd, ".", O_PATH | O_DIRECTORY);
+    _cleanup_close_ int cur = sbx_tar_open_beneath(dirfd, ".", O_PATH | O_DIRECTORY);
     char *s = path;
 
     if (cur < 0)
@@ -75,12 +75,12 @@ static int make_dirs(int dirfd, char *path)
         int fd;
 
         *e = '\0';
-        fd = tar_open_beneath(dirfd, path, O_PATH | O_DIRECTORY);
+        fd = sbx_tar_open_beneath(dirfd, path, O_PATH | O_DIRECTORY);
         if (fd == -ENOENT) {
             if (mkdirat(cur, s, 0755) < 0 && errno != EEXIST)
                 fd = -errno;
             else
-                fd = tar_open_beneath(dirfd, path, O_PATH | O_DIRECTORY);
+                fd = sbx_tar_open_beneath(dirfd, path, O_PATH | O_DIRECTORY);
         }
         *e = c;
         if (fd < 0)
@@ -102,10 +102,10 @@ static int open_parent(struct sbx_tar_unpack *u, char *path, bool create, const 
 
     if (!slash) {
         *leaf = path;
-        return tar_open_beneath(u->dirfd, ".", O_PATH | O_DIRECTORY);
+        return sbx_tar_open_beneath(u->dirfd, ".", O_PATH | O_DIRECTORY);
     }
     *slash = '\0';
-    fd = tar_open_beneath(u->dirfd, path, O_PATH | O_DIRECTORY);
+    fd = sbx_tar_open_beneath(u->dirfd, path, O_PATH | O_DIRECTORY);
     if (fd == -ENOENT && create)
         fd = make_dirs(u->dirfd, path);
     *slash = '/';
@@ -113,7 +113,7 @@ static int open_parent(struct sbx_tar_unpack *u, char *path, bool create, const 
     return fd;
 }
 
-int tar_entry_error(struct sbx_tar_unpack *u, int r, const char *what)
+int sbx_tar_entry_error(struct sbx_tar_unpack *u, int r, const char *what)
 {
     if (r == -EXDEV)
         return sbx_error_set(&u->fail, EXDEV, "entry '%s': path escapes the target directory",
@@ -168,7 +168,7 @@ static int rename_tmp(struct sbx_tar_unpack *u, int pfd, const char *leaf)
     return r;
 }
 
-void tar_abort_file(struct sbx_tar_unpack *u)
+void sbx_tar_abort_file(struct sbx_tar_unpack *u)
 {
     sbx_closep(&u->fd);
     u->fd = -1;
@@ -187,7 +187,7 @@ static int apply_dir(struct sbx_tar_unpack *u, const struct dir_attr *d)
     int r = 0;
 
     u->dir_path[d->len] = '\0';
-    fd = tar_open_beneath(u->dirfd, u->dir_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    fd = sbx_tar_open_beneath(u->dirfd, u->dir_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (fd >= 0 && (fchmod(fd, d->mode) < 0 || futimens(fd, ts) < 0))
         r = -errno;
     else if (fd < 0 && fd != -ENOENT)
@@ -200,7 +200,7 @@ static int apply_dir(struct sbx_tar_unpack *u, const struct dir_attr *d)
 }
 
 /* Applies the pending directories that are not ancestors of path (all when NULL). */
-int tar_pop_dirs(struct sbx_tar_unpack *u, const char *path)
+int sbx_tar_pop_dirs(struct sbx_tar_unpack *u, const char *path)
 {
     while (u->ndirs > 0) {
         const struct dir_attr *d = &u->dirs[u->ndirs - 1];
@@ -234,7 +234,7 @@ static int push_dir(struct sbx_tar_unpack *u, const char *path, mode_t mode, str
     return 0;
 }
 
-int tar_extract_dir(struct sbx_tar_unpack *u, char *path, mode_t mode, struct timespec mtime)
+int sbx_tar_extract_dir(struct sbx_tar_unpack *u, char *path, mode_t mode, struct timespec mtime)
 {
     _cleanup_close_ int pfd = -1;
     const char *leaf;
@@ -243,7 +243,7 @@ int tar_extract_dir(struct sbx_tar_unpack *u, char *path, mode_t mode, struct ti
 
     pfd = open_parent(u, path, true, &leaf);
     if (pfd < 0)
-        return tar_entry_error(u, pfd, "open parent");
+        return sbx_tar_entry_error(u, pfd, "open parent");
     if (mkdirat(pfd, leaf, 0700) < 0) {
         if (errno != EEXIST || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
             r = -errno;
@@ -252,7 +252,7 @@ int tar_extract_dir(struct sbx_tar_unpack *u, char *path, mode_t mode, struct ti
             r = -errno;
     }
     if (r < 0)
-        return tar_entry_error(u, r, "create directory");
+        return sbx_tar_entry_error(u, r, "create directory");
     r = push_dir(u, path, mode, mtime);
     if (r < 0)
         return r;
@@ -260,8 +260,8 @@ int tar_extract_dir(struct sbx_tar_unpack *u, char *path, mode_t mode, struct ti
     return 0;
 }
 
-int tar_extract_symlink(struct sbx_tar_unpack *u, char *path, const char *target,
-                        struct timespec mtime)
+int sbx_tar_extract_symlink(struct sbx_tar_unpack *u, char *path, const char *target,
+                            struct timespec mtime)
 {
     const struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, mtime};
     _cleanup_close_ int pfd = -1;
@@ -272,24 +272,24 @@ int tar_extract_symlink(struct sbx_tar_unpack *u, char *path, const char *target
         return sbx_error_set(&u->fail, EINVAL, "entry '%s': empty symlink target", u->name);
     pfd = open_parent(u, path, true, &leaf);
     if (pfd < 0)
-        return tar_entry_error(u, pfd, "open parent");
+        return sbx_tar_entry_error(u, pfd, "open parent");
     r = make_tmp(u, pfd, &(struct tmp_op){.kind = KIND_SYMLINK, .target = target});
     if (r == 0)
         r = rename_tmp(u, pfd, leaf);
     if (r == 0 && utimensat(pfd, leaf, ts, AT_SYMLINK_NOFOLLOW) < 0)
         r = -errno;
     if (r < 0)
-        return tar_entry_error(u, r, "create symlink");
+        return sbx_tar_entry_error(u, r, "create symlink");
     u->count++;
     return 0;
 }
 
-int tar_extract_hardlink(struct sbx_tar_unpack *u, char *path, const char *target)
+int sbx_tar_extract_hardlink(struct sbx_tar_unpack *u, char *path, const char *target)
 {
     _cleanup_close_ int spfd = -1, pfd = -1;
     _cleanup_free_ char *src = NULL;
     const char *sleaf, *leaf;
-    int r = tar_clean_name(target, &src);
+    int r = sbx_tar_clean_name(target, &src);
 
     if (r == 0 && !*src)
         r = -EINVAL;
@@ -304,7 +304,7 @@ int tar_extract_hardlink(struct sbx_tar_unpack *u, char *path, const char *targe
                              strerror(-r));
     pfd = open_parent(u, path, true, &leaf);
     if (pfd < 0)
-        return tar_entry_error(u, pfd, "open parent");
+        return sbx_tar_entry_error(u, pfd, "open parent");
     r = make_tmp(u, pfd, &(struct tmp_op){.kind = KIND_LINK, .spfd = spfd, .sleaf = sleaf});
     if (r == 0) {
         char tmp[sizeof(u->tmp)];
@@ -316,12 +316,12 @@ int tar_extract_hardlink(struct sbx_tar_unpack *u, char *path, const char *targe
             unlinkat(pfd, tmp, 0);
     }
     if (r < 0)
-        return tar_entry_error(u, r, "create hard link");
+        return sbx_tar_entry_error(u, r, "create hard link");
     u->count++;
     return 0;
 }
 
-int tar_create_file(struct sbx_tar_unpack *u)
+int sbx_tar_create_file(struct sbx_tar_unpack *u)
 {
     int fd;
 
@@ -329,11 +329,11 @@ int tar_create_file(struct sbx_tar_unpack *u)
     if (u->pfd < 0) {
         fd = u->pfd;
         u->pfd = -1;
-        return tar_entry_error(u, fd, "open parent");
+        return sbx_tar_entry_error(u, fd, "open parent");
     }
     fd = make_tmp(u, u->pfd, &(struct tmp_op){.kind = KIND_FILE});
     if (fd < 0)
-        return tar_entry_error(u, fd, "create");
+        return sbx_tar_entry_error(u, fd, "create");
     u->fd = fd;
     u->wlen = 0;
     return 0;
@@ -352,14 +352,14 @@ static int flush_wbuf(struct sbx_tar_unpack *u, const uint8_t *p, size_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0)
-            return tar_entry_error(u, -errno, "write");
+            return sbx_tar_entry_error(u, -errno, "write");
         p += w;
         n -= (size_t)w;
     }
     return 0;
 }
 
-int tar_file_write(struct sbx_tar_unpack *u, const uint8_t *p, size_t n)
+int sbx_tar_file_write(struct sbx_tar_unpack *u, const uint8_t *p, size_t n)
 {
     int r;
 
@@ -376,7 +376,7 @@ int tar_file_write(struct sbx_tar_unpack *u, const uint8_t *p, size_t n)
     return 0;
 }
 
-int tar_finish_file(struct sbx_tar_unpack *u)
+int sbx_tar_finish_file(struct sbx_tar_unpack *u)
 {
     const struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, u->mtime};
     int r = flush_wbuf(u, NULL, 0);
@@ -384,12 +384,12 @@ int tar_finish_file(struct sbx_tar_unpack *u)
     if (r < 0)
         return r;
     if (fchmod(u->fd, u->mode) < 0 || futimens(u->fd, ts) < 0)
-        return tar_entry_error(u, -errno, "set mode and mtime");
+        return sbx_tar_entry_error(u, -errno, "set mode and mtime");
     sbx_closep(&u->fd);
     u->fd = -1;
     r = rename_tmp(u, u->pfd, u->leaf);
     if (r < 0)
-        return tar_entry_error(u, r, "replace");
+        return sbx_tar_entry_error(u, r, "replace");
     sbx_closep(&u->pfd);
     u->pfd = -1;
     u->count++;

@@ -11,7 +11,7 @@
 #include "tar_internal.h"
 
 /* Writes v as n - 1 octal digits and a NUL; false if it does not fit. */
-bool tar_put_octal(char *f, size_t n, int64_t v)
+bool sbx_tar_put_octal(char *f, size_t n, int64_t v)
 {
     uint64_t u = (uint64_t)v;
 
@@ -32,16 +32,16 @@ static void put_base256(char *f, size_t n, int64_t v)
 }
 
 /* Octal when it fits, else base-256; false when a pax record should carry the value too. */
-bool tar_put_num(char *f, size_t n, int64_t v)
+bool sbx_tar_put_num(char *f, size_t n, int64_t v)
 {
-    if (tar_put_octal(f, n, v))
+    if (sbx_tar_put_octal(f, n, v))
         return true;
     put_base256(f, n, v);
     return false;
 }
 
 /* Reads an octal (space or NUL terminated, possibly empty) or base-256 field. */
-int tar_get_num(const char *f, size_t n, int64_t *ret)
+int sbx_tar_get_num(const char *f, size_t n, int64_t *ret)
 {
     const unsigned char *b = (const unsigned char *)f;
     uint64_t v = 0;
@@ -86,39 +86,39 @@ static void header_sums(const uint8_t *b, int64_t *usum, int64_t *ssum)
     }
 }
 
-void tar_seal_header(struct tar_header *h)
+void sbx_tar_seal_header(struct tar_header *h)
 {
     int64_t usum, ssum;
 
     header_sums((const uint8_t *)h, &usum, &ssum);
-    tar_put_octal(h->chksum, 7, usum);
+    sbx_tar_put_octal(h->chksum, 7, usum);
     h->chksum[7] = ' ';
 }
 
-bool tar_checksum_ok(const uint8_t *b)
+bool sbx_tar_checksum_ok(const uint8_t *b)
 {
     const struct tar_header *h = (const struct tar_header *)b;
     int64_t want, usum, ssum;
 
-    if (tar_get_num(h->chksum, sizeof(h->chksum), &want) < 0)
+    if (sbx_tar_get_num(h->chksum, sizeof(h->chksum), &want) < 0)
         return false;
     header_sums(b, &usum, &ssum);
     return want == usum || want == ssum;
 }
 
-void tar_init_header(struct tar_header *h, char type, int64_t mode)
+void sbx_tar_init_header(struct tar_header *h, char type, int64_t mode)
 {
     memset(h, 0, sizeof(*h));
     h->typeflag = type;
-    tar_put_octal(h->mode, sizeof(h->mode), mode);
+    sbx_tar_put_octal(h->mode, sizeof(h->mode), mode);
     memcpy(h->magic, "ustar", 6);
     memcpy(h->version, "00", 2);
-    tar_put_octal(h->devmajor, sizeof(h->devmajor), 0);
-    tar_put_octal(h->devminor, sizeof(h->devminor), 0);
+    sbx_tar_put_octal(h->devmajor, sizeof(h->devmajor), 0);
+    sbx_tar_put_octal(h->devminor, sizeof(h->devminor), 0);
 }
 
 /* Fills name and prefix the ustar way; false when path does not fit them. */
-bool tar_split_name(struct tar_header *h, const char *path, size_t len)
+bool sbx_tar_split_name(struct tar_header *h, const char *path, size_t len)
 {
     if (len <= sizeof(h->name)) {
         memcpy(h->name, path, len);
@@ -135,7 +135,7 @@ bool tar_split_name(struct tar_header *h, const char *path, size_t len)
     return false;
 }
 
-char *tar_header_name(const struct tar_header *h)
+char *sbx_tar_header_name(const struct tar_header *h)
 {
     size_t nlen = strnlen(h->name, sizeof(h->name)), plen = 0;
     char *s;
@@ -155,7 +155,7 @@ char *tar_header_name(const struct tar_header *h)
 
 /* ---- writing pax records ---- */
 
-bool tar_pax_add(struct tar_pax *x, const char *key, const char *val, size_t vlen)
+bool sbx_tar_pax_add(struct tar_pax *x, const char *key, const char *val, size_t vlen)
 {
     size_t base = strlen(key) + vlen + 3, total = base + 1;
     char num[24];
@@ -176,16 +176,16 @@ bool tar_pax_add(struct tar_pax *x, const char *key, const char *val, size_t vle
     return true;
 }
 
-bool tar_pax_add_num(struct tar_pax *x, const char *key, int64_t v)
+bool sbx_tar_pax_add_num(struct tar_pax *x, const char *key, int64_t v)
 {
     char s[24];
 
-    return tar_pax_add(x, key, s, (size_t)snprintf(s, sizeof(s), "%" PRId64, v));
+    return sbx_tar_pax_add(x, key, s, (size_t)snprintf(s, sizeof(s), "%" PRId64, v));
 }
 
 /* ---- reading pax records ---- */
 
-void tar_pending_clear(struct tar_pending *pd)
+void sbx_tar_pending_clear(struct tar_pending *pd)
 {
     free(pd->path);
     free(pd->linkpath);
@@ -194,13 +194,13 @@ void tar_pending_clear(struct tar_pending *pd)
     memset(pd, 0, sizeof(*pd));
 }
 
-bool tar_pending_any(const struct tar_pending *pd)
+bool sbx_tar_pending_any(const struct tar_pending *pd)
 {
     return pd->path || pd->linkpath || pd->longname || pd->longlink || pd->has_size ||
            pd->has_mtime || pd->sparse;
 }
 
-int tar_set_str(char **dst, const char *val, size_t len)
+int sbx_tar_set_str(char **dst, const char *val, size_t len)
 {
     free(*dst);
     *dst = NULL;
@@ -245,9 +245,9 @@ static int pax_record(struct tar_pending *pd, const char *key, size_t klen, cons
     uint64_t v;
 
     if (KEY_IS("path"))
-        return tar_set_str(&pd->path, val, vlen);
+        return sbx_tar_set_str(&pd->path, val, vlen);
     if (KEY_IS("linkpath"))
-        return tar_set_str(&pd->linkpath, val, vlen);
+        return sbx_tar_set_str(&pd->linkpath, val, vlen);
     if (KEY_IS("size")) {
         pd->has_size = vlen > 0;
         return vlen ? parse_decimal(val, vlen, &pd->size, NULL) : 0;
@@ -262,8 +262,8 @@ static int pax_record(struct tar_pending *pd, const char *key, size_t klen, cons
 #undef KEY_IS
 }
 
-int tar_pax_parse(struct tar_pending *pd, const char *buf, size_t len, uint64_t offset,
-                  struct sbx_error *err)
+int sbx_tar_pax_parse(struct tar_pending *pd, const char *buf, size_t len, uint64_t offset,
+                      struct sbx_error *err)
 {
     const char *p = buf, *end = buf + len;
 

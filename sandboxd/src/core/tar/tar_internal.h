@@ -57,23 +57,23 @@ static inline int replay(const struct sbx_error *fail, struct sbx_error *err)
 /* ---- header fields (tar_header.c) ---- */
 
 /* Writes v as n - 1 octal digits and a NUL; false if it does not fit. */
-bool tar_put_octal(char *f, size_t n, int64_t v);
+bool sbx_tar_put_octal(char *f, size_t n, int64_t v);
 /* Octal when it fits, else GNU base-256; false when a pax record should carry the value too. */
-bool tar_put_num(char *f, size_t n, int64_t v);
+bool sbx_tar_put_num(char *f, size_t n, int64_t v);
 /* Reads an octal (space or NUL terminated, possibly empty) or base-256 field; -EINVAL. */
-int tar_get_num(const char *f, size_t n, int64_t *ret);
+int sbx_tar_get_num(const char *f, size_t n, int64_t *ret);
 
 /* A blank ustar header of the type, with mode and zero device numbers. */
-void tar_init_header(struct tar_header *h, char type, int64_t mode);
+void sbx_tar_init_header(struct tar_header *h, char type, int64_t mode);
 /* Fills in the checksum: the last field to set. */
-void tar_seal_header(struct tar_header *h);
+void sbx_tar_seal_header(struct tar_header *h);
 /* Whether the block's checksum field matches its bytes (unsigned or signed sum). */
-bool tar_checksum_ok(const uint8_t *b);
+bool sbx_tar_checksum_ok(const uint8_t *b);
 
 /* Fills name and prefix the ustar way; false when path (len bytes) does not fit them. */
-bool tar_split_name(struct tar_header *h, const char *path, size_t len);
+bool sbx_tar_split_name(struct tar_header *h, const char *path, size_t len);
 /* The name the header holds ("prefix/name" for POSIX ustar), malloc'ed; NULL without memory. */
-char *tar_header_name(const struct tar_header *h);
+char *sbx_tar_header_name(const struct tar_header *h);
 
 /* Pax extended header records being built ("<len> <key>=<value>\n") in a fixed buffer. */
 struct tar_pax {
@@ -82,8 +82,8 @@ struct tar_pax {
 };
 
 /* Appends a record; false (and nothing appended) when it does not fit. */
-bool tar_pax_add(struct tar_pax *x, const char *key, const char *val, size_t vlen);
-bool tar_pax_add_num(struct tar_pax *x, const char *key, int64_t v);
+bool sbx_tar_pax_add(struct tar_pax *x, const char *key, const char *val, size_t vlen);
+bool sbx_tar_pax_add_num(struct tar_pax *x, const char *key, int64_t v);
 
 /* What pax and GNU headers say about the next entry. */
 struct tar_pending {
@@ -94,17 +94,17 @@ struct tar_pending {
 };
 
 /* Frees the strings and forgets everything. */
-void tar_pending_clear(struct tar_pending *pd);
-bool tar_pending_any(const struct tar_pending *pd);
+void sbx_tar_pending_clear(struct tar_pending *pd);
+bool sbx_tar_pending_any(const struct tar_pending *pd);
 
 /* Parses the records of a pax 'x' header (len bytes at buf) into pd; offset (the bytes read so
  * far) is for messages. Returns 0 or -errno and fills err. */
-int tar_pax_parse(struct tar_pending *pd, const char *buf, size_t len, uint64_t offset,
-                  struct sbx_error *err);
+int sbx_tar_pax_parse(struct tar_pending *pd, const char *buf, size_t len, uint64_t offset,
+                      struct sbx_error *err);
 
 /* Replaces *dst with a copy of len bytes of val (NULL when len is 0); -EINVAL if they hold a
  * NUL, -ENOMEM. */
-int tar_set_str(char **dst, const char *val, size_t len);
+int sbx_tar_set_str(char **dst, const char *val, size_t len);
 
 /* ---- extraction (tar_unpack.c parses, tar_extract.c writes beneath the target) ---- */
 
@@ -151,30 +151,30 @@ struct sbx_tar_unpack {
 };
 
 /* openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) from dirfd, O_CLOEXEC added: an fd or -errno. */
-int tar_open_beneath(int dirfd, const char *path, int flags);
+int sbx_tar_open_beneath(int dirfd, const char *path, int flags);
 
 /* Cleans an archived name into a malloc'ed path relative to the target ("" for the target
  * itself): "." and empty components go, ".." takes one off; -EXDEV if absolute or climbing out,
  * -ENAMETOOLONG, -ENOMEM. */
-int tar_clean_name(const char *name, char **ret);
+int sbx_tar_clean_name(const char *name, char **ret);
 
 /* Sets u->fail for a failure r (-errno) of what on the current entry; returns r. */
-int tar_entry_error(struct sbx_tar_unpack *u, int r, const char *what);
+int sbx_tar_entry_error(struct sbx_tar_unpack *u, int r, const char *what);
 
 /* Each of these extracts the entry at path (cleaned, not ""): 0, or -errno with u->fail set. */
-int tar_extract_dir(struct sbx_tar_unpack *u, char *path, mode_t mode, struct timespec mtime);
-int tar_extract_symlink(struct sbx_tar_unpack *u, char *path, const char *target,
-                        struct timespec mtime);
-int tar_extract_hardlink(struct sbx_tar_unpack *u, char *path, const char *target);
+int sbx_tar_extract_dir(struct sbx_tar_unpack *u, char *path, mode_t mode, struct timespec mtime);
+int sbx_tar_extract_symlink(struct sbx_tar_unpack *u, char *path, const char *target,
+                            struct timespec mtime);
+int sbx_tar_extract_hardlink(struct sbx_tar_unpack *u, char *path, const char *target);
 
 /* A regular file at u->path: created under a temp name (u->fd, in u->pfd), written, then given
  * u->mode and u->mtime and renamed into place. Each returns 0, or -errno with u->fail set. */
-int tar_create_file(struct sbx_tar_unpack *u);
-int tar_file_write(struct sbx_tar_unpack *u, const uint8_t *p, size_t n);
-int tar_finish_file(struct sbx_tar_unpack *u);
+int sbx_tar_create_file(struct sbx_tar_unpack *u);
+int sbx_tar_file_write(struct sbx_tar_unpack *u, const uint8_t *p, size_t n);
+int sbx_tar_finish_file(struct sbx_tar_unpack *u);
 /* Closes and removes the file being written, if any. */
-void tar_abort_file(struct sbx_tar_unpack *u);
+void sbx_tar_abort_file(struct sbx_tar_unpack *u);
 
 /* Sets the mode and mtime of the pending directories that are not ancestors of path (all when
  * NULL). */
-int tar_pop_dirs(struct sbx_tar_unpack *u, const char *path);
+int sbx_tar_pop_dirs(struct sbx_tar_unpack *u, const char *path);

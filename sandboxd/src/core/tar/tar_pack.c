@@ -122,23 +122,23 @@ static int queue_header(struct sbx_tar_pack *p, char type, const struct stat *st
     size_t len = strlen(p->path), llen = link ? strlen(link) : 0, at;
     bool fits = true;
 
-    tar_init_header(&h, type, st->st_mode & 07777);
-    if (!tar_split_name(&h, p->path, len)) {
+    sbx_tar_init_header(&h, type, st->st_mode & 07777);
+    if (!sbx_tar_split_name(&h, p->path, len)) {
         memcpy(h.name, p->path, sizeof(h.name));
-        fits &= tar_pax_add(&x, "path", p->path, len);
+        fits &= sbx_tar_pax_add(&x, "path", p->path, len);
     }
     memcpy(h.linkname, link ? link : "", MIN(llen, sizeof(h.linkname)));
     if (llen > sizeof(h.linkname))
-        fits &= tar_pax_add(&x, "linkpath", link, llen);
-    if (!tar_put_num(h.uid, sizeof(h.uid), st->st_uid))
-        fits &= tar_pax_add_num(&x, "uid", st->st_uid);
-    if (!tar_put_num(h.gid, sizeof(h.gid), st->st_gid))
-        fits &= tar_pax_add_num(&x, "gid", st->st_gid);
-    if (!tar_put_num(h.size, sizeof(h.size), type == '0' ? st->st_size : 0))
-        fits &= tar_pax_add_num(&x, "size", st->st_size);
-    if (!tar_put_num(h.mtime, sizeof(h.mtime), st->st_mtim.tv_sec))
-        fits &= tar_pax_add_num(&x, "mtime", st->st_mtim.tv_sec);
-    tar_seal_header(&h);
+        fits &= sbx_tar_pax_add(&x, "linkpath", link, llen);
+    if (!sbx_tar_put_num(h.uid, sizeof(h.uid), st->st_uid))
+        fits &= sbx_tar_pax_add_num(&x, "uid", st->st_uid);
+    if (!sbx_tar_put_num(h.gid, sizeof(h.gid), st->st_gid))
+        fits &= sbx_tar_pax_add_num(&x, "gid", st->st_gid);
+    if (!sbx_tar_put_num(h.size, sizeof(h.size), type == '0' ? st->st_size : 0))
+        fits &= sbx_tar_pax_add_num(&x, "size", st->st_size);
+    if (!sbx_tar_put_num(h.mtime, sizeof(h.mtime), st->st_mtim.tv_sec))
+        fits &= sbx_tar_pax_add_num(&x, "mtime", st->st_mtim.tv_sec);
+    sbx_tar_seal_header(&h);
     if (!fits)
         return sbx_error_set(err, ENAMETOOLONG, "archive '%s': names too long", p->path);
     p->stage_off = 0;
@@ -147,13 +147,13 @@ static int queue_header(struct sbx_tar_pack *p, char type, const struct stat *st
         p->stage_len = BLOCK;
         return 0;
     }
-    tar_init_header(&xh, 'x', 0644);
+    sbx_tar_init_header(&xh, 'x', 0644);
     strcpy(xh.name, "././@PaxHeader");
-    tar_put_octal(xh.uid, sizeof(xh.uid), 0);
-    tar_put_octal(xh.gid, sizeof(xh.gid), 0);
-    tar_put_octal(xh.size, sizeof(xh.size), (int64_t)x.len);
-    tar_put_octal(xh.mtime, sizeof(xh.mtime), 0);
-    tar_seal_header(&xh);
+    sbx_tar_put_octal(xh.uid, sizeof(xh.uid), 0);
+    sbx_tar_put_octal(xh.gid, sizeof(xh.gid), 0);
+    sbx_tar_put_octal(xh.size, sizeof(xh.size), (int64_t)x.len);
+    sbx_tar_put_octal(xh.mtime, sizeof(xh.mtime), 0);
+    sbx_tar_seal_header(&xh);
     memcpy(p->stage, &xh, BLOCK);
     at = BLOCK + x.len;
     memset(p->stage + at, 0, pad_of(x.len));

@@ -25,12 +25,12 @@ static int data_done(struct sbx_tar_unpack *u)
     int r = 0;
 
     if (u->sink == SINK_FILE)
-        r = tar_finish_file(u);
+        r = sbx_tar_finish_file(u);
     else if (u->sink == SINK_PAX)
-        r = tar_pax_parse(&u->pend, u->meta, u->meta_len, u->offset, &u->fail);
+        r = sbx_tar_pax_parse(&u->pend, u->meta, u->meta_len, u->offset, &u->fail);
     else if (u->sink == SINK_LONGNAME || u->sink == SINK_LONGLINK)
-        r = tar_set_str(u->sink == SINK_LONGNAME ? &u->pend.longname : &u->pend.longlink, u->meta,
-                        strnlen(u->meta, u->meta_len));
+        r = sbx_tar_set_str(u->sink == SINK_LONGNAME ? &u->pend.longname : &u->pend.longlink,
+                            u->meta, strnlen(u->meta, u->meta_len));
     if (r < 0 && !u->fail.code)
         sbx_error_set(&u->fail, -r, "bad GNU long name header before offset %" PRIu64, u->offset);
     free(u->meta);
@@ -64,7 +64,7 @@ static int begin_meta(struct sbx_tar_unpack *u, enum unpack_sink sink, uint64_t 
 
 static int begin_file(struct sbx_tar_unpack *u, uint64_t size)
 {
-    int r = tar_create_file(u);
+    int r = sbx_tar_create_file(u);
 
     return r < 0 ? r : begin_data(u, SINK_FILE, size);
 }
@@ -113,7 +113,7 @@ static int read_entry(struct sbx_tar_unpack *u, const struct tar_header *h, uint
     free(u->name);
     u->name = pd->path       ? TAKE_PTR(pd->path)
               : pd->longname ? TAKE_PTR(pd->longname)
-                             : tar_header_name(h);
+                             : sbx_tar_header_name(h);
     e->link = pd->linkpath   ? TAKE_PTR(pd->linkpath)
               : pd->longlink ? TAKE_PTR(pd->longlink)
                              : strndup(h->linkname, sizeof(h->linkname));
@@ -121,13 +121,13 @@ static int read_entry(struct sbx_tar_unpack *u, const struct tar_header *h, uint
     e->mtime = pd->has_mtime ? pd->mtime : (struct timespec){0};
     e->sparse = pd->sparse;
     e->kind = kind_of(h->typeflag);
-    if (!pd->has_mtime && tar_get_num(h->mtime, sizeof(h->mtime), &sec) < 0)
+    if (!pd->has_mtime && sbx_tar_get_num(h->mtime, sizeof(h->mtime), &sec) < 0)
         r = -EINVAL;
     if (!pd->has_mtime)
         e->mtime.tv_sec = (time_t)sec;
-    if (tar_get_num(h->mode, sizeof(h->mode), &e->mode) < 0)
+    if (sbx_tar_get_num(h->mode, sizeof(h->mode), &e->mode) < 0)
         r = -EINVAL;
-    tar_pending_clear(pd);
+    sbx_tar_pending_clear(pd);
     if (!u->name || !e->link)
         return sbx_error_set(&u->fail, ENOMEM, "allocate entry name");
     if (r < 0)
@@ -148,9 +148,9 @@ static int on_entry(struct sbx_tar_unpack *u, const struct tar_header *h, uint64
     link = e.link;
     if (r < 0)
         return r;
-    r = tar_clean_name(u->name, &path);
+    r = sbx_tar_clean_name(u->name, &path);
     if (r < 0)
-        return tar_entry_error(u, r, "name");
+        return sbx_tar_entry_error(u, r, "name");
     if (e.sparse || e.kind == KIND_NODATA || e.kind == KIND_OTHER)
         return begin_data(u, SINK_SKIP, e.kind == KIND_NODATA ? 0 : e.size);
     if (!*path) {
@@ -158,7 +158,7 @@ static int on_entry(struct sbx_tar_unpack *u, const struct tar_header *h, uint64
             return 0; /* "./": the target itself, left alone */
         return sbx_error_set(&u->fail, EINVAL, "entry '%s': names the target directory", u->name);
     }
-    r = tar_pop_dirs(u, path);
+    r = sbx_tar_pop_dirs(u, path);
     if (r < 0)
         return r;
     switch (e.kind) {
@@ -169,11 +169,11 @@ static int on_entry(struct sbx_tar_unpack *u, const struct tar_header *h, uint64
         u->mtime = e.mtime;
         return begin_file(u, e.size);
     case KIND_DIR:
-        return tar_extract_dir(u, path, (mode_t)e.mode & 0777, e.mtime);
+        return sbx_tar_extract_dir(u, path, (mode_t)e.mode & 0777, e.mtime);
     case KIND_SYMLINK:
-        return tar_extract_symlink(u, path, link, e.mtime);
+        return sbx_tar_extract_symlink(u, path, link, e.mtime);
     default:
-        return tar_extract_hardlink(u, path, link);
+        return sbx_tar_extract_hardlink(u, path, link);
     }
 }
 
@@ -191,15 +191,15 @@ static int on_header(struct sbx_tar_unpack *u)
     int64_t size;
 
     if (is_zero_block(u->block)) {
-        if (tar_pending_any(&u->pend))
+        if (sbx_tar_pending_any(&u->pend))
             return sbx_error_set(&u->fail, EINVAL, "archive ends after an extended header");
         u->state = UNPACK_END; /* what follows the end, e.g. record padding, is ignored */
         return 0;
     }
-    if (!tar_checksum_ok(u->block))
+    if (!sbx_tar_checksum_ok(u->block))
         return sbx_error_set(&u->fail, EINVAL, "bad header checksum at offset %" PRIu64,
                              u->offset - BLOCK);
-    if (tar_get_num(h->size, sizeof(h->size), &size) < 0 || size < 0)
+    if (sbx_tar_get_num(h->size, sizeof(h->size), &size) < 0 || size < 0)
         return sbx_error_set(&u->fail, EINVAL, "bad size in header at offset %" PRIu64,
                              u->offset - BLOCK);
     switch (h->typeflag) {
@@ -219,7 +219,7 @@ static int on_header(struct sbx_tar_unpack *u)
 static int sink_data(struct sbx_tar_unpack *u, const uint8_t *p, size_t n)
 {
     if (u->sink == SINK_FILE)
-        return tar_file_write(u, p, n);
+        return sbx_tar_file_write(u, p, n);
     if (u->sink != SINK_SKIP) {
         memcpy(u->meta + u->meta_len, p, n);
         u->meta_len += n;
@@ -269,7 +269,7 @@ static int failed(struct sbx_tar_unpack *u, int r, struct sbx_error *err)
 {
     if (!u->fail.code)
         sbx_error_set(&u->fail, r, "extract: %s", strerror(-r));
-    tar_abort_file(u);
+    sbx_tar_abort_file(u);
     return replay(&u->fail, err);
 }
 
@@ -281,7 +281,7 @@ int sbx_tar_unpack_new(int dirfd, struct sbx_tar_unpack **ret, struct sbx_error 
         return sbx_error_set(err, ENOMEM, "allocate tar extraction");
     memset(u, 0, offsetof(struct sbx_tar_unpack, wbuf));
     u->fd = u->pfd = -1;
-    u->dirfd = tar_open_beneath(dirfd, ".", O_PATH | O_DIRECTORY);
+    u->dirfd = sbx_tar_open_beneath(dirfd, ".", O_PATH | O_DIRECTORY);
     if (u->dirfd < 0)
         return sbx_error_set(err, -u->dirfd, "open target directory: %s", strerror(-u->dirfd));
     if (getrandom(&u->tmp_seed, sizeof(u->tmp_seed), GRND_NONBLOCK) != sizeof(u->tmp_seed))
@@ -308,7 +308,7 @@ int sbx_tar_unpack_finish(struct sbx_tar_unpack *u, struct sbx_error *err)
     if (u->fail.code)
         return replay(&u->fail, err);
     if (u->state == UNPACK_DATA || u->state == UNPACK_PAD || u->block_len > 0 ||
-        tar_pending_any(&u->pend)) {
+        sbx_tar_pending_any(&u->pend)) {
         bool in_entry = u->state != UNPACK_HEADER && (u->sink == SINK_FILE || u->sink == SINK_SKIP);
 
         if (in_entry && u->name)
@@ -317,7 +317,7 @@ int sbx_tar_unpack_finish(struct sbx_tar_unpack *u, struct sbx_error *err)
             r = sbx_error_set(&u->fail, EINVAL, "archive truncated inside a header");
         return failed(u, r, err);
     }
-    r = tar_pop_dirs(u, NULL);
+    r = sbx_tar_pop_dirs(u, NULL);
     if (r < 0)
         return failed(u, r, err);
     u->state = UNPACK_END;
@@ -328,8 +328,8 @@ void sbx_tar_unpack_free(struct sbx_tar_unpack *u)
 {
     if (!u)
         return;
-    tar_abort_file(u);
-    tar_pending_clear(&u->pend);
+    sbx_tar_abort_file(u);
+    sbx_tar_pending_clear(&u->pend);
     sbx_closep(&u->dirfd);
     free(u->meta);
     free(u->name);

@@ -708,49 +708,50 @@ static void test_header(void)
     int r;
 
     for (size_t i = 0; i < SBX_ARRAY_SIZE(nums); i++) {
-        octal = tar_put_num(h.mtime, sizeof(h.mtime), nums[i]);
+        octal = sbx_tar_put_num(h.mtime, sizeof(h.mtime), nums[i]);
         ok(octal == (nums[i] >= 0 && nums[i] < 8589934592) &&
-               tar_get_num(h.mtime, sizeof(h.mtime), &v) == 0 && v == nums[i],
+               sbx_tar_get_num(h.mtime, sizeof(h.mtime), &v) == 0 && v == nums[i],
            "number %lld round-trips (%s)", (long long)nums[i], octal ? "octal" : "base-256");
     }
-    r = tar_get_num("  17 \0\0\0", 8, &v);
+    r = sbx_tar_get_num("  17 \0\0\0", 8, &v);
     ok(r == 0 && v == 15, "octal with spaces: %lld", (long long)v);
-    ok(tar_get_num("\0\0\0\0\0\0\0\0", 8, &v) == 0 && v == 0, "empty octal is 0");
-    ok(tar_get_num("0012x\0", 6, &v) == -EINVAL, "octal with junk refused");
-    ok(tar_get_num("\x80\xff\xff\xff\xff\xff\xff\xff\xff", 9, &v) == -EINVAL,
+    ok(sbx_tar_get_num("\0\0\0\0\0\0\0\0", 8, &v) == 0 && v == 0, "empty octal is 0");
+    ok(sbx_tar_get_num("0012x\0", 6, &v) == -EINVAL, "octal with junk refused");
+    ok(sbx_tar_get_num("\x80\xff\xff\xff\xff\xff\xff\xff\xff", 9, &v) == -EINVAL,
        "base-256 over 63 bits refused");
 
-    tar_init_header(&h, '0', 0644);
+    sbx_tar_init_header(&h, '0', 0644);
     memset(path, 'p', 150);
     path[120] = '/';
     path[150] = '\0';
-    ok(tar_split_name(&h, path, 150), "150-char path split over prefix and name");
-    tar_seal_header(&h);
-    name = tar_header_name(&h);
-    ok(tar_checksum_ok((const uint8_t *)&h) && name && strcmp(name, path) == 0,
+    ok(sbx_tar_split_name(&h, path, 150), "150-char path split over prefix and name");
+    sbx_tar_seal_header(&h);
+    name = sbx_tar_header_name(&h);
+    ok(sbx_tar_checksum_ok((const uint8_t *)&h) && name && strcmp(name, path) == 0,
        "sealed header checks and gives the path back");
     free(name);
     ((char *)&h)[300] ^= 1;
-    ok(!tar_checksum_ok((const uint8_t *)&h), "a flipped bit fails the checksum");
+    ok(!sbx_tar_checksum_ok((const uint8_t *)&h), "a flipped bit fails the checksum");
     memset(path, 'p', 150);
-    ok(!tar_split_name(&h, path, 150), "no '/' to split at: does not fit");
+    ok(!sbx_tar_split_name(&h, path, 150), "no '/' to split at: does not fit");
 
     /* Records whose length crosses 99 -> 100 digits-wise: the prefix counts itself. */
     for (size_t vlen = 85; vlen < 100; vlen++) {
         x.len = 0;
         path[vlen] = '\0';
-        r = tar_pax_add(&x, "path", path, vlen) ? tar_pax_parse(&pd, buf, x.len, 0, &e) : -1;
+        r = sbx_tar_pax_add(&x, "path", path, vlen) ? sbx_tar_pax_parse(&pd, buf, x.len, 0, &e)
+                                                    : -1;
         ok(r == 0 && (size_t)atoi(buf) == x.len && pd.path && strlen(pd.path) == vlen,
            "pax record of %zu bytes read back: %s", x.len, r ? e.msg : "");
-        tar_pending_clear(&pd);
+        sbx_tar_pending_clear(&pd);
         path[vlen] = 'p';
     }
-    ok(tar_pax_parse(&pd, "5 a=b\n", 6, 0, &e) == -EINVAL && strstr(e.msg, "pax"),
+    ok(sbx_tar_pax_parse(&pd, "5 a=b\n", 6, 0, &e) == -EINVAL && strstr(e.msg, "pax"),
        "a record longer than its header refused: %s", e.msg);
-    ok(tar_pax_parse(&pd, "19 mtime=-1.250000\n", 19, 0, &e) == 0 && pd.has_mtime &&
+    ok(sbx_tar_pax_parse(&pd, "19 mtime=-1.250000\n", 19, 0, &e) == 0 && pd.has_mtime &&
            pd.mtime.tv_sec == -2 && pd.mtime.tv_nsec == 750000000,
        "negative fractional mtime");
-    tar_pending_clear(&pd);
+    sbx_tar_pending_clear(&pd);
 }
 
 int main(void)
