@@ -162,7 +162,8 @@ size_t sbx_proctab_count(struct sbx_proctab *t)
     return n;
 }
 
-void proc_close_watch(struct sbx_proc *p, struct sbx_watch *w)
+/* Removes w from the loop and closes its fd; -1 afterwards. Called with p->lock held. */
+static void close_watch(struct sbx_proc *p, struct sbx_watch *w)
 {
     if (w->fd < 0)
         return;
@@ -174,14 +175,15 @@ void proc_close_watch(struct sbx_proc *p, struct sbx_watch *w)
 static void proc_free(void *arg)
 {
     struct sbx_proc *p = arg;
+    struct sbx_proc_stdin_write *writes;
 
     for (int i = 0; i < 2; i++) {
-        proc_close_watch(p, &p->out[i].w);
+        close_watch(p, &p->out[i].w);
         free(p->out[i].buf);
     }
-    proc_close_watch(p, &p->in);
+    writes = sbx_proc_stdin_shut_locked(&p->in);
     sbx_timer_release(&p->drain);
-    proc_complete_writes(proc_take_writes_locked(p), -EPIPE);
+    sbx_proc_stdin_complete(writes, -EPIPE);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -222,8 +224,7 @@ static int watch_fds(struct sbx_proc *p, const struct sbx_spawned *sp, struct sb
     int fds[2] = {sp->out_fd, sp->err_fd};
     int r;
 
-    p->in.fd = sp->in_fd;
-    p->in.fn = proc_on_writable;
+    p->in.w.fd = sp->in_fd;
     for (int i = 0; i < 2; i++) {
         p->out[i].w.fd = fds[i];
         p->out[i].w.fn = on_readable;
@@ -241,7 +242,7 @@ static int watch_fds(struct sbx_proc *p, const struct sbx_spawned *sp, struct sb
         if (r < 0)
             return r;
     }
-    return p->in.fd >= 0 ? sbx_loop_add(p->t->loop, &p->in, EPOLLONESHOT, err) : 0;
+    return p->in.w.fd >= 0 ? sbx_loop_add(p->t->loop, &p->in.w, EPOLLONESHOT, err) : 0;
 }
 
 static struct sbx_proc *proc_alloc(struct sbx_proctab *t, const struct sbx_proc_opts *o,
@@ -257,8 +258,9 @@ static struct sbx_proc *proc_alloc(struct sbx_proctab *t, const struct sbx_proc_
     p->credit = o->credit;
     p->sink = sink;
     p->sink_data = sink_data;
-    p->in.fd = p->out[0].w.fd = p->out[1].w.fd = p->drain.watch.fd = -1;
+    p->out[0].w.fd = p->out[1].w.fd = p->drain.watch.fd = -1;
     pthread_mutex_init(&p->lock, NULL);
+    sbx_proc_stdin_init(&p->in, t->loop, &p->lock, o->pty);
     return p;
 }
 
@@ -359,7 +361,7 @@ int sbx_proc_start(struct sbx_proctab *t, const struct sbx_proc_opts *o,
         pthread_mutex_unlock(&p->lock);
     }
     pthread_mutex_lock(&t->lock);
-    p->id = o->anonymous ? 0 : t->next_id++;
+    p->id = p->in.id = o->anonymous ? 0 : t->next_id++;
     table_insert(t, proc_ref(p));
     t->starting--;      /* the reservation became an entry */
     late = t->draining; /* reserved before the drain, registered after its signals */
@@ -516,7 +518,7 @@ static void pump_locked(struct sbx_proc *p, struct out *o, int batch)
         }
         /* EOF; EIO from a pty whose slave is closed; or nothing left once the drain after the
          * exit expired (a background job may hold the write end forever). */
-        proc_close_watch(p, &o->w);
+        close_watch(p, &o->w);
     }
     o->busy = false;
     maybe_finish_locked(p);
@@ -628,15 +630,14 @@ static void fill_exit(struct sbx_exit *ex, int status)
 
 static void proc_exited(struct sbx_proc *p, int status)
 {
-    struct wreq *writes;
+    struct sbx_proc_stdin_write *writes;
     bool open;
 
     sbx_metrics_process_exited();
     pthread_mutex_lock(&p->lock);
     p->exited = true;
     fill_exit(&p->ex, status);
-    writes = proc_take_writes_locked(p);
-    proc_close_watch(p, &p->in);
+    writes = sbx_proc_stdin_shut_locked(&p->in);
     /* Read what is there now: usually the pipes are at EOF already. */
     for (int i = 0; i < 2; i++) {
         if (p->out[i].w.fd >= 0 && !p->out[i].paused) {
@@ -653,7 +654,7 @@ static void proc_exited(struct sbx_proc *p, int status)
     maybe_finish_locked(p);
     if (open)
         expire_drain(p);
-    proc_complete_writes(writes, -EPIPE);
+    sbx_proc_stdin_complete(writes, -EPIPE);
 }
 
 void sbx_proctab_reap(struct sbx_proctab *t)
@@ -807,4 +808,22 @@ int sbx_proc_resize(struct sbx_proc *p, unsigned short cols, unsigned short rows
         r = sbx_error_set(err, errno, "resize tty of process %d", p->id);
     pthread_mutex_unlock(&p->lock);
     return r;
+}
+
+int sbx_proc_write(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
+                   void *data, struct sbx_error *err)
+{
+    return sbx_proc_stdin_queue(&p->in, buf, len, false, done, data, err);
+}
+
+int sbx_proc_close_stdin(struct sbx_proc *p, sbx_write_done_fn done, void *data,
+                         struct sbx_error *err)
+{
+    return sbx_proc_stdin_queue(&p->in, NULL, 0, true, done, data, err);
+}
+
+int sbx_proc_write_close(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
+                         void *data, struct sbx_error *err)
+{
+    return sbx_proc_stdin_queue(&p->in, buf, len, true, done, data, err);
 }

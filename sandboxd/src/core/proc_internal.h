@@ -1,4 +1,5 @@
-/* What proc.c and proc_stdin.c share: the records behind struct sbx_proc and its table. */
+/* The records behind struct sbx_proc and its table, apart from proc.c's code; each process's
+ * stdin is a struct sbx_proc_stdin (proc_stdin.h), which knows nothing of them. */
 #pragma once
 
 #include <pthread.h>
@@ -8,19 +9,11 @@
 
 #include "loop.h"
 #include "proc.h"
+#include "proc_stdin.h"
 
 #define NBUCKETS 1024
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
-struct wreq {
-    struct wreq *next;
-    size_t len, off;
-    bool close; /* a close marker, not data */
-    sbx_write_done_fn done;
-    void *data;
-    uint8_t buf[];
-};
 
 struct out {
     struct sbx_watch w;
@@ -43,8 +36,7 @@ struct sbx_proc {
 
     pthread_mutex_t lock; /* everything below */
     struct out out[2];
-    struct sbx_watch in;
-    struct wreq *wq_head, *wq_tail;
+    struct sbx_proc_stdin in;
     int credit;
     bool exited, delivered;
     bool discard; /* output is read and dropped */
@@ -71,15 +63,3 @@ struct sbx_proctab {
      * a pid the reaper collects is therefore always registered already (or not ours). */
     pthread_rwlock_t reap_lock;
 };
-
-/* Removes w from the loop and closes its fd; -1 afterwards. Called with p->lock held. */
-void proc_close_watch(struct sbx_proc *p, struct sbx_watch *w);
-
-/* Takes every queued stdin write off p; called with p->lock held. */
-struct wreq *proc_take_writes_locked(struct sbx_proc *p);
-
-/* Calls each write's done(result) and frees the list; without p->lock. */
-void proc_complete_writes(struct wreq *list, int result);
-
-/* The loop's callback for a writable stdin. */
-void proc_on_writable(struct sbx_watch *w, uint32_t events);

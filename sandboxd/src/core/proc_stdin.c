@@ -1,26 +1,44 @@
 /* Writing to a process's stdin: queued, in order, without ever blocking the caller. */
 #define _GNU_SOURCE
+#include "proc_stdin.h"
+
 #include <errno.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
-#include "proc_internal.h"
+struct sbx_proc_stdin_write {
+    struct sbx_proc_stdin_write *next;
+    size_t len, off;
+    bool close; /* a close marker, not data */
+    void (*done)(void *data, int result);
+    void *data;
+    uint8_t buf[];
+};
 
-/* Fails every queued stdin write; called with p->lock held, returns the list to complete. */
-struct wreq *proc_take_writes_locked(struct sbx_proc *p)
+static void close_watch(struct sbx_proc_stdin *s)
 {
-    struct wreq *list = p->wq_head;
+    if (s->w.fd < 0)
+        return;
+    sbx_loop_del(s->loop, &s->w);
+    close(s->w.fd);
+    s->w.fd = -1;
+}
 
-    p->wq_head = p->wq_tail = NULL;
+struct sbx_proc_stdin_write *sbx_proc_stdin_shut_locked(struct sbx_proc_stdin *s)
+{
+    struct sbx_proc_stdin_write *list = s->head;
+
+    s->head = s->tail = NULL;
+    close_watch(s);
     return list;
 }
 
-void proc_complete_writes(struct wreq *list, int result)
+void sbx_proc_stdin_complete(struct sbx_proc_stdin_write *list, int result)
 {
     while (list) {
-        struct wreq *w = list;
+        struct sbx_proc_stdin_write *w = list;
         list = w->next;
         if (w->done)
             w->done(w->data, result);
@@ -29,23 +47,23 @@ void proc_complete_writes(struct wreq *list, int result)
 }
 
 /* Writes queued data until the pipe is full; returns the completed requests. */
-static struct wreq *flush_locked(struct sbx_proc *p, int *result)
+static struct sbx_proc_stdin_write *flush_locked(struct sbx_proc_stdin *s, int *result)
 {
-    struct wreq *done = NULL, **tail = &done;
+    struct sbx_proc_stdin_write *done = NULL, **tail = &done;
 
     *result = 0;
-    while (p->wq_head) {
-        struct wreq *w = p->wq_head;
+    while (s->head) {
+        struct sbx_proc_stdin_write *w = s->head;
         if (w->close) {
-            if (p->pty) {
+            if (s->pty) {
                 const char eof = 4; /* VEOF: the line discipline turns it into end of file */
-                if (write(p->in.fd, &eof, 1) < 0 && errno == EAGAIN)
+                if (write(s->w.fd, &eof, 1) < 0 && errno == EAGAIN)
                     break;
             } else {
-                proc_close_watch(p, &p->in);
+                close_watch(s);
             }
         } else {
-            ssize_t n = write(p->in.fd, w->buf + w->off, w->len - w->off);
+            ssize_t n = write(s->w.fd, w->buf + w->off, w->len - w->off);
             if (n < 0 && errno == EAGAIN)
                 break;
             if (n < 0 && errno != EINTR) {
@@ -56,60 +74,72 @@ static struct wreq *flush_locked(struct sbx_proc *p, int *result)
             if (w->off < w->len)
                 continue;
         }
-        p->wq_head = w->next;
-        if (!p->wq_head)
-            p->wq_tail = NULL;
+        s->head = w->next;
+        if (!s->head)
+            s->tail = NULL;
         w->next = NULL;
         *tail = w;
         tail = &w->next;
     }
     /* Armed only while writes wait: epoll reports an error on a pipe whose reader is gone
      * whatever was asked, so an idle stdin stays disarmed (oneshot) rather than spinning. */
-    if (p->in.fd >= 0 && p->wq_head && !*result)
-        (void)sbx_loop_mod(p->t->loop, &p->in, EPOLLOUT | EPOLLONESHOT);
+    if (s->w.fd >= 0 && s->head && !*result)
+        (void)sbx_loop_mod(s->loop, &s->w, EPOLLOUT | EPOLLONESHOT);
     return done;
 }
 
-void proc_on_writable(struct sbx_watch *w, uint32_t events)
+/* Writes what the pipe takes and shuts stdin if a write fails; then releases the lock and
+ * completes what was written and what failed. Called with the lock held. */
+static void flush_unlock(struct sbx_proc_stdin *s)
 {
-    struct sbx_proc *p = container_of(w, struct sbx_proc, in);
-    struct wreq *done, *failed = NULL;
+    struct sbx_proc_stdin_write *done, *failed = NULL;
     int result;
 
-    (void)events;
-    pthread_mutex_lock(&p->lock);
-    done = flush_locked(p, &result);
-    if (result < 0) {
-        failed = proc_take_writes_locked(p);
-        proc_close_watch(p, &p->in);
-    }
-    pthread_mutex_unlock(&p->lock);
-    proc_complete_writes(done, 0);
-    proc_complete_writes(failed, result);
+    done = flush_locked(s, &result);
+    if (result < 0)
+        failed = sbx_proc_stdin_shut_locked(s);
+    pthread_mutex_unlock(s->lock);
+    sbx_proc_stdin_complete(done, 0);
+    sbx_proc_stdin_complete(failed, result);
 }
 
-static struct wreq *wreq_new(const uint8_t *buf, size_t len, bool close, sbx_write_done_fn done,
-                             void *data)
+/* The loop's callback for a writable stdin. */
+static void on_writable(struct sbx_watch *w, uint32_t events)
 {
-    struct wreq *w = malloc(sizeof(*w) + len);
+    struct sbx_proc_stdin *s = (struct sbx_proc_stdin *)w; /* w is its first member */
+
+    (void)events;
+    pthread_mutex_lock(s->lock);
+    flush_unlock(s);
+}
+
+void sbx_proc_stdin_init(struct sbx_proc_stdin *s, struct sbx_loop *loop, pthread_mutex_t *lock,
+                         bool pty)
+{
+    *s = (struct sbx_proc_stdin){
+        .w = {.fd = -1, .fn = on_writable}, .loop = loop, .lock = lock, .pty = pty};
+}
+
+static struct sbx_proc_stdin_write *write_new(const uint8_t *buf, size_t len, bool close,
+                                              void (*done)(void *data, int result), void *data)
+{
+    struct sbx_proc_stdin_write *w = malloc(sizeof(*w) + len);
 
     if (!w)
         return NULL;
-    *w = (struct wreq){.len = len, .close = close, .done = done, .data = data};
+    *w = (struct sbx_proc_stdin_write){.len = len, .close = close, .done = done, .data = data};
     if (len)
         memcpy(w->buf, buf, len);
     return w;
 }
 
-/* Queues len bytes (when len) and then the close (when close), under one hold of the lock: a
- * process that exits meanwhile fails them together. done runs once, for the last of them. */
-static int enqueue(struct sbx_proc *p, const uint8_t *buf, size_t len, bool close,
-                   sbx_write_done_fn done, void *data, struct sbx_error *err)
+int sbx_proc_stdin_queue(struct sbx_proc_stdin *s, const uint8_t *buf, size_t len, bool close,
+                         void (*done)(void *data, int result), void *data, struct sbx_error *err)
 {
     bool both = len && close;
-    struct wreq *w = wreq_new(buf, len, close && !both, both ? NULL : done, both ? NULL : data);
-    struct wreq *c = both ? wreq_new(NULL, 0, true, done, data) : NULL, *completed, *failed = NULL;
-    int result;
+    struct sbx_proc_stdin_write *w =
+        write_new(buf, len, close && !both, both ? NULL : done, both ? NULL : data);
+    struct sbx_proc_stdin_write *c = both ? write_new(NULL, 0, true, done, data) : NULL;
 
     if (!w || (both && !c)) {
         free(w);
@@ -117,43 +147,18 @@ static int enqueue(struct sbx_proc *p, const uint8_t *buf, size_t len, bool clos
         return sbx_error_set(err, ENOMEM, "allocate stdin buffer");
     }
     w->next = c;
-    pthread_mutex_lock(&p->lock);
-    if (p->in.fd < 0) {
-        pthread_mutex_unlock(&p->lock);
+    pthread_mutex_lock(s->lock);
+    if (s->w.fd < 0) {
+        pthread_mutex_unlock(s->lock);
         free(w);
         free(c);
-        return sbx_error_set(err, EPIPE, "stdin of process %d is closed", p->id);
+        return sbx_error_set(err, EPIPE, "stdin of process %d is closed", s->id);
     }
-    if (p->wq_tail)
-        p->wq_tail->next = w;
+    if (s->tail)
+        s->tail->next = w;
     else
-        p->wq_head = w;
-    p->wq_tail = c ? c : w;
-    completed = flush_locked(p, &result);
-    if (result < 0) {
-        failed = proc_take_writes_locked(p);
-        proc_close_watch(p, &p->in);
-    }
-    pthread_mutex_unlock(&p->lock);
-    proc_complete_writes(completed, 0);
-    proc_complete_writes(failed, result);
+        s->head = w;
+    s->tail = c ? c : w;
+    flush_unlock(s);
     return 0;
-}
-
-int sbx_proc_write(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
-                   void *data, struct sbx_error *err)
-{
-    return enqueue(p, buf, len, false, done, data, err);
-}
-
-int sbx_proc_close_stdin(struct sbx_proc *p, sbx_write_done_fn done, void *data,
-                         struct sbx_error *err)
-{
-    return enqueue(p, NULL, 0, true, done, data, err);
-}
-
-int sbx_proc_write_close(struct sbx_proc *p, const uint8_t *buf, size_t len, sbx_write_done_fn done,
-                         void *data, struct sbx_error *err)
-{
-    return enqueue(p, buf, len, true, done, data, err);
 }
