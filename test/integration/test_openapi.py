@@ -23,7 +23,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML (Debian python3-yaml) is neede
                                           "OpenAPI document")
 
 SPEC = REPO / "api" / "openapi.yaml"
-ROUTES_C = REPO / "sandboxd" / "src" / "http" / "http_server.c"
+ROUTES_C = REPO / "sandboxd" / "src" / "http" / "http_routes.c"
 METHODS = ("get", "head", "put", "post", "delete", "patch", "options", "trace")
 T = 5.0
 
@@ -174,10 +174,10 @@ def _doc_matches(doc, concrete):
 
 
 def test_route_table_is_documented(doc):
-    """Every entry of the daemon's route table (sandboxd/src/http/http_server.c) and its methods."""
+    """Every entry of the daemon's route table (sandboxd/src/http/http_routes.c) and its methods."""
     src = ROUTES_C.read_text()
     table = re.search(r"routes\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
-    assert table, "route table not found in http_server.c"
+    assert table, "route table not found in http_routes.c"
     routes = re.findall(r'\{\s*"(/[^"]*)",\s*"([A-Z ]+)",\s*\w+\s*(?:,\s*\w+\s*)?\}',
                         table.group(1))
     assert len(routes) >= 9, routes

@@ -1,5 +1,5 @@
 /* libFuzzer target for the REST API's query parameters and headers, parsed by http_args.c and
- * http_parse_bool as the handlers call them: mode= (PUT /v1/files, PUT /v1/dirs),
+ * sbx_http_parse_bool as the handlers call them: mode= (PUT /v1/files, PUT /v1/dirs),
  * recursive= and parents= (booleans), and the Range header of GET /v1/files.
  *
  * Input: one byte choosing the parser, then (for Range) 8 bytes of file size, then the value
@@ -18,7 +18,6 @@
 
 #include "fuzz_box.h"
 #include "http_args.h"
-#include "http_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -36,7 +35,7 @@ static bool matches(const char *re, const char *s)
 static void check_mode(const char *s)
 {
     mode_t m = 01000;
-    int r = http_parse_mode(s, &m);
+    int r = sbx_http_parse_mode(s, &m);
     bool ok = matches("^0[0-7]{3}$", s);
 
     CHECK((r == 0) == ok, "mode '%s': %d", s, r);
@@ -48,7 +47,7 @@ static void check_mode(const char *s)
 static void check_bool(const char *s)
 {
     bool v = false;
-    int r = http_parse_bool(s, &v);
+    int r = sbx_http_parse_bool(s, &v);
     bool yes = matches("^(1|t|T|true|TRUE|True)$", s),
          no = matches("^(0|f|F|false|FALSE|False)$", s);
 
@@ -73,7 +72,7 @@ static uint64_t decimal(const char *s, size_t n)
 static void check_range(const char *h, uint64_t size)
 {
     uint64_t start = 7, end = 7, a, b;
-    int r = http_parse_range(h, size, &start, &end);
+    int r = sbx_http_parse_range(h, size, &start, &end);
     const char *spec = h + 6, *dash;
 
     CHECK(r >= -1 && r <= 1, "range '%s': %d", h, r);

@@ -1,4 +1,4 @@
-/* libFuzzer target for POST /v1/move's JSON body: http_parse_move (jansson), then, for a body
+/* libFuzzer target for POST /v1/move's JSON body: sbx_http_parse_move (jansson), then, for a body
  * it accepts, sbx_fs_move of from to to in a fresh box (fuzz_box.h), as the handler does.
  *
  * Checked: a body is accepted only when it is a JSON object whose "from" and "to" are strings
@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         umask(022);
         fds = fuzz_count_fds();
     }
-    j = http_parse_move((const char *)data, size, &from, &to, &overwrite);
+    j = sbx_http_parse_move((const char *)data, size, &from, &to, &overwrite);
     again = json_loadb((const char *)data, size, 0, NULL);
     o = json_object_get(again, "overwrite");
     CHECK(!j == !(json_is_object(again) && json_is_string(json_object_get(again, "from")) &&

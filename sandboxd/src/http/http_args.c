@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int http_parse_mode(const char *s, mode_t *ret)
+#include "cleanup.h"
+
+int sbx_http_parse_mode(const char *s, mode_t *ret)
 {
     if (strlen(s) != 4 || s[0] != '0' || strspn(s + 1, "01234567") != 3)
         return -EINVAL;
@@ -30,7 +32,7 @@ static int digits(const char **s, uint64_t *ret)
     return 0;
 }
 
-int http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
+int sbx_http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
 {
     uint64_t a, b;
 
@@ -61,8 +63,8 @@ int http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *en
     return 1;
 }
 
-json_t *http_parse_move(const char *body, size_t len, const char **from, const char **to,
-                        bool *overwrite)
+json_t *sbx_http_parse_move(const char *body, size_t len, const char **from, const char **to,
+                            bool *overwrite)
 {
     json_t *j = body ? json_loadb(body, len, 0, NULL) : NULL;
     int o = 0;
@@ -73,4 +75,22 @@ json_t *http_parse_move(const char *body, size_t len, const char **from, const c
     }
     *overwrite = o != 0;
     return j;
+}
+
+int sbx_http_parse_bool(const char *s, bool *ret)
+{
+    static const char *const yes[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static const char *const no[] = {"0", "f", "F", "FALSE", "false", "False"};
+
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(yes); i++) {
+        if (strcmp(s, yes[i]) == 0) {
+            *ret = true;
+            return 0;
+        }
+        if (strcmp(s, no[i]) == 0) {
+            *ret = false;
+            return 0;
+        }
+    }
+    return -EINVAL;
 }

@@ -9,13 +9,16 @@
 #include <sys/types.h>
 
 /* A file mode as the reference accepts it: ^0[0-7]{3}$. Returns 0 or -EINVAL. */
-int http_parse_mode(const char *s, mode_t *ret);
+int sbx_http_parse_mode(const char *s, mode_t *ret);
+
+/* Parses true/false like Go's strconv.ParseBool; -EINVAL otherwise. */
+int sbx_http_parse_bool(const char *s, bool *ret);
 
 /* Parses a single "bytes=" range against size. 1: use [*start, *end]; 0: ignore the header
  * (absent, malformed or several ranges: the whole file is sent); -1: unsatisfiable. */
-int http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end);
+int sbx_http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end);
 
 /* Parses POST /v1/move's body {"from": string, "to": string, "overwrite": bool (optional)}.
  * Returns the document, which holds *from and *to (json_decref it), or NULL when malformed. */
-json_t *http_parse_move(const char *body, size_t len, const char **from, const char **to,
-                        bool *overwrite);
+json_t *sbx_http_parse_move(const char *body, size_t len, const char **from, const char **to,
+                            bool *overwrite);

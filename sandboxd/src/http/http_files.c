@@ -13,7 +13,8 @@
 
 #include "cleanup.h"
 #include "http_args.h"
-#include "http_internal.h"
+#include "http_files.h"
+#include "http_request.h"
 #include "metrics.h"
 #include "utf8.h"
 #include "tar.h"
@@ -27,7 +28,7 @@ static enum MHD_Result respond_fs_error(struct hctx *c, int r, struct sbx_error 
 {
     if (r == -ENOENT)
         snprintf(e->msg, sizeof(e->msg), "%s", not_found);
-    return http_respond_errno(c, r, e);
+    return sbx_http_respond_errno(c, r, e);
 }
 
 static const char *type_name(mode_t m)
@@ -63,12 +64,21 @@ static void set_name(json_t *obj, const char *key, const char *prefix, const cha
     json_object_set_new(obj, b64key, json_string((const char *)b64));
 }
 
+/* RFC 3339 UTC with second precision. */
+static void format_time(time_t t, char buf[32])
+{
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
 static json_t *entry_json(const char *name, const struct stat *st)
 {
     char when[32], mode[8];
     json_t *j;
 
-    http_format_time(st->st_mtim.tv_sec, when);
+    format_time(st->st_mtim.tv_sec, when);
     snprintf(mode, sizeof(mode), "%04o", (unsigned)(st->st_mode & 0777)); /* as the reference */
     j = json_pack("{s:I, s:s, s:s, s:s}", "size", (json_int_t)st->st_size, "type",
                   type_name(st->st_mode), "modified_at", when, "mode", mode);
@@ -96,7 +106,7 @@ static enum MHD_Result list_dir(struct hctx *c, int fd)
         json_object_set_new(j, "entries", entries);
     else
         json_decref(entries);
-    return http_respond_json(c, 200, j);
+    return sbx_http_respond_json(c, 200, j);
 }
 
 static ssize_t tar_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -136,7 +146,7 @@ static enum MHD_Result send_tar(struct hctx *c, int fd)
         resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (resp)
             MHD_add_response_header(resp, "Content-Type", "application/x-tar");
-        return http_queue(c, 200, resp);
+        return sbx_http_queue(c, 200, resp);
     }
     resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, TAR_BLOCK, tar_read, p, tar_free);
     if (!resp) {
@@ -144,13 +154,13 @@ static enum MHD_Result send_tar(struct hctx *c, int fd)
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "application/x-tar");
-    return http_queue(c, 200, resp);
+    return sbx_http_queue(c, 200, resp);
 }
 
 static enum MHD_Result send_file(struct hctx *c, int fd, const struct stat *st)
 {
     uint64_t size = (uint64_t)st->st_size, start = 0, end = size ? size - 1 : 0;
-    int range = http_parse_range(http_header(c, "Range"), size, &start, &end);
+    int range = sbx_http_parse_range(sbx_http_header(c, "Range"), size, &start, &end);
     struct MHD_Response *resp;
     char buf[96];
     struct tm tm;
@@ -161,7 +171,7 @@ static enum MHD_Result send_file(struct hctx *c, int fd, const struct stat *st)
         snprintf(buf, sizeof(buf), "bytes */%" PRIu64, size);
         if (resp)
             MHD_add_response_header(resp, "Content-Range", buf);
-        return http_queue(c, 416, resp);
+        return sbx_http_queue(c, 416, resp);
     }
     if (range > 0)
         resp = MHD_create_response_from_fd_at_offset64(end - start + 1, fd, start);
@@ -181,14 +191,14 @@ static enum MHD_Result send_file(struct hctx *c, int fd, const struct stat *st)
     if (range > 0) {
         snprintf(buf, sizeof(buf), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
         MHD_add_response_header(resp, "Content-Range", buf);
-        return http_queue(c, 206, resp);
+        return sbx_http_queue(c, 206, resp);
     }
-    return http_queue(c, 200, resp);
+    return sbx_http_queue(c, 200, resp);
 }
 
 static bool wants_tar(struct hctx *c)
 {
-    const char *a = http_arg(c, "archive");
+    const char *a = sbx_http_arg(c, "archive");
     return a && strcmp(a, "tar") == 0;
 }
 
@@ -208,14 +218,14 @@ static enum MHD_Result get_file(struct hctx *c)
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return http_respond_error(c, 400, "INVALID_ARGUMENT", "not a regular file");
+        return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", "not a regular file");
     }
     return send_file(c, fd, &st);
 }
 
 static enum MHD_Result delete_file(struct hctx *c)
 {
-    const char *rec = http_arg(c, "recursive");
+    const char *rec = sbx_http_arg(c, "recursive");
     struct sbx_error err = {0};
     bool recursive = false;
     struct stat st;
@@ -225,30 +235,17 @@ static enum MHD_Result delete_file(struct hctx *c)
     free(target);
     if (r < 0)
         return respond_fs_error(c, r, &err);
-    if (rec && rec[0] && http_parse_bool(rec, &recursive) < 0) {
+    if (rec && rec[0] && sbx_http_parse_bool(rec, &recursive) < 0) {
         snprintf(msg, sizeof(msg), "recursive \"%.100s\" must be a boolean", rec);
-        return http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
+        return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
     }
     r = sbx_fs_delete(c->h->o.root, c->path, recursive, &err);
     if (r < 0)
         return respond_fs_error(c, r, &err);
-    return http_respond_empty(c, 204);
+    return sbx_http_respond_empty(c, 204);
 }
 
 /* --- uploads --- */
-
-void http_upload_release(struct hreq *r)
-{
-    if (r->pp)
-        MHD_destroy_post_processor(r->pp);
-    r->pp = NULL;
-    sbx_fs_writer_abort(r->w);
-    r->w = NULL;
-    sbx_tar_unpack_free(r->tar);
-    r->tar = NULL;
-    sbx_closep(&r->tar_dirfd);
-    r->tar_dirfd = -1;
-}
 
 static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *key,
                                const char *filename, const char *content_type,
@@ -273,7 +270,7 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
 
 static bool is_multipart(struct hctx *c)
 {
-    const char *ct = http_header(c, "Content-Type");
+    const char *ct = sbx_http_header(c, "Content-Type");
     return ct && strncasecmp(ct, "multipart/form-data", 19) == 0;
 }
 
@@ -282,18 +279,18 @@ static bool is_multipart(struct hctx *c)
 static int upload_begin(struct hctx *c)
 {
     struct hreq *r = c->r;
-    const char *m = http_arg(c, "mode"), *cl = http_header(c, "Content-Length");
+    const char *m = sbx_http_arg(c, "mode"), *cl = sbx_http_header(c, "Content-Length");
     mode_t mode = 0644;
     char msg[160];
     int rc;
 
-    if (m && m[0] && http_parse_mode(m, &mode) < 0) {
+    if (m && m[0] && sbx_http_parse_mode(m, &mode) < 0) {
         snprintf(msg, sizeof(msg), "mode \"%.100s\" must match ^0[0-7]{3}$", m);
-        http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
+        sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", msg);
         return -1;
     }
     if (c->h->o.max_upload_bytes && cl && strtoull(cl, NULL, 10) > c->h->o.max_upload_bytes) {
-        http_respond_error(c, 413, "PAYLOAD_TOO_LARGE", "body larger than --max-upload-bytes");
+        sbx_http_respond_error(c, 413, "PAYLOAD_TOO_LARGE", "body larger than --max-upload-bytes");
         return -1;
     }
     if (wants_tar(c)) {
@@ -307,9 +304,9 @@ static int upload_begin(struct hctx *c)
         if (rc == 0 && is_multipart(c)) {
             r->pp = MHD_create_post_processor(c->conn, 64 * 1024, on_part, r);
             if (!r->pp) {
-                http_respond_error(c, 400, "INVALID_ARGUMENT",
-                                   "invalid multipart body: no multipart boundary param in "
-                                   "Content-Type");
+                sbx_http_respond_error(c, 400, "INVALID_ARGUMENT",
+                                       "invalid multipart body: no multipart boundary param in "
+                                       "Content-Type");
                 return -1;
             }
         }
@@ -350,7 +347,7 @@ static enum MHD_Result upload_finish(struct hctx *c)
         rc = sbx_tar_unpack_finish(r->tar, &r->err);
         if (rc < 0)
             return respond_fs_error(c, rc, &r->err);
-        return http_respond_json(c, 200, json_pack("{s:I}", "entries", (json_int_t)rc));
+        return sbx_http_respond_json(c, 200, json_pack("{s:I}", "entries", (json_int_t)rc));
     }
     if (r->pp) {
         MHD_destroy_post_processor(r->pp);
@@ -358,8 +355,8 @@ static enum MHD_Result upload_finish(struct hctx *c)
         if (r->upload_error)
             return respond_fs_error(c, r->upload_error, &r->err);
         if (!r->saw_file_part)
-            return http_respond_error(c, 400, "INVALID_ARGUMENT",
-                                      "multipart body is missing the required \"file\" part");
+            return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT",
+                                          "multipart body is missing the required \"file\" part");
     }
     rc = sbx_fs_writer_commit(TAKE_PTR(r->w), &size, sha, &r->err);
     if (rc < 0)
@@ -375,7 +372,7 @@ static enum MHD_Result upload_finish(struct hctx *c)
     MHD_add_response_header(resp, "X-Sandboxd-Sha256", hex);
     snprintf(buf, sizeof(buf), "sha-256=:%s:", b64);
     MHD_add_response_header(resp, "Repr-Digest", buf);
-    return http_queue(c, 204, resp);
+    return sbx_http_queue(c, 204, resp);
 }
 
 static enum MHD_Result put_file(struct hctx *c)
@@ -397,19 +394,19 @@ static enum MHD_Result put_file(struct hctx *c)
     r->received += n;
     sbx_metrics_bytes_in(n);
     if (c->h->o.max_upload_bytes && r->received > c->h->o.max_upload_bytes) {
-        http_upload_release(r);
-        return http_respond_error(c, 413, "PAYLOAD_TOO_LARGE",
-                                  "body larger than --max-upload-bytes");
+        sbx_http_upload_release(r);
+        return sbx_http_respond_error(c, 413, "PAYLOAD_TOO_LARGE",
+                                      "body larger than --max-upload-bytes");
     }
     rc = upload_feed(c, c->upload_data, n);
     if (rc < 0) {
-        http_upload_release(r);
+        sbx_http_upload_release(r);
         return respond_fs_error(c, rc, &r->err);
     }
     return MHD_YES;
 }
 
-enum MHD_Result http_files(struct hctx *c)
+enum MHD_Result sbx_http_files(struct hctx *c)
 {
     if (strcmp(c->method, "PUT") == 0)
         return put_file(c);
@@ -431,7 +428,7 @@ static const char *stat_type(mode_t m)
     return "other";
 }
 
-enum MHD_Result http_stat(struct hctx *c)
+enum MHD_Result sbx_http_stat(struct hctx *c)
 {
     struct sbx_error err = {0};
     _cleanup_free_ char *target = NULL;
@@ -443,7 +440,7 @@ enum MHD_Result http_stat(struct hctx *c)
 
     if (r < 0)
         return respond_fs_error(c, r, &err);
-    http_format_time(st.st_mtim.tv_sec, when);
+    format_time(st.st_mtim.tv_sec, when);
     snprintf(mode, sizeof(mode), "%04o", (unsigned)(st.st_mode & 07777));
     j = json_pack("{s:s, s:I, s:s, s:I, s:I, s:s}", "type", stat_type(st.st_mode), "size",
                   (json_int_t)st.st_size, "mode", mode, "uid", (json_int_t)st.st_uid, "gid",
@@ -452,12 +449,12 @@ enum MHD_Result http_stat(struct hctx *c)
     set_name(j, "name", "", name ? name + 1 : c->path);
     if (target)
         set_name(j, "symlink_target", "", target);
-    return http_respond_json(c, 200, j);
+    return sbx_http_respond_json(c, 200, j);
 }
 
-enum MHD_Result http_dirs(struct hctx *c)
+enum MHD_Result sbx_http_dirs(struct hctx *c)
 {
-    const char *m = http_arg(c, "mode"), *p = http_arg(c, "parents");
+    const char *m = sbx_http_arg(c, "mode"), *p = sbx_http_arg(c, "parents");
     struct sbx_error err = {0};
     bool parents = false;
     mode_t mode = 0755;
@@ -466,20 +463,20 @@ enum MHD_Result http_dirs(struct hctx *c)
     if (!c->r->began) {
         c->r->began = true;
         if (*c->upload_data_size)
-            return http_respond_error(c, 400, "INVALID_ARGUMENT", "no body expected");
+            return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", "no body expected");
     }
     *c->upload_data_size = 0;
-    if (m && m[0] && http_parse_mode(m, &mode) < 0)
-        return http_respond_error(c, 400, "INVALID_ARGUMENT", "mode must match ^0[0-7]{3}$");
-    if (p && p[0] && http_parse_bool(p, &parents) < 0)
-        return http_respond_error(c, 400, "INVALID_ARGUMENT", "parents must be a boolean");
+    if (m && m[0] && sbx_http_parse_mode(m, &mode) < 0)
+        return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", "mode must match ^0[0-7]{3}$");
+    if (p && p[0] && sbx_http_parse_bool(p, &parents) < 0)
+        return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", "parents must be a boolean");
     r = sbx_fs_mkdir(c->h->o.root, c->path, mode, parents, &err);
     if (r < 0)
         return respond_fs_error(c, r, &err);
-    return http_respond_empty(c, 201);
+    return sbx_http_respond_empty(c, 201);
 }
 
-enum MHD_Result http_move(struct hctx *c)
+enum MHD_Result sbx_http_move(struct hctx *c)
 {
     struct hreq *r = c->r;
     struct sbx_error err = {0};
@@ -493,7 +490,7 @@ enum MHD_Result http_move(struct hctx *c)
         char *nb;
         *c->upload_data_size = 0;
         if (r->body_len + n > MAX_JSON_BODY)
-            return http_respond_error(c, 413, "PAYLOAD_TOO_LARGE", "body larger than 64 KiB");
+            return sbx_http_respond_error(c, 413, "PAYLOAD_TOO_LARGE", "body larger than 64 KiB");
         nb = realloc(r->body, r->body_len + n + 1);
         if (!nb)
             return MHD_NO;
@@ -503,14 +500,14 @@ enum MHD_Result http_move(struct hctx *c)
         r->body[r->body_len] = '\0';
         return MHD_YES;
     }
-    j = http_parse_move(r->body, r->body_len, &from, &to, &overwrite);
+    j = sbx_http_parse_move(r->body, r->body_len, &from, &to, &overwrite);
     if (!j)
-        return http_respond_error(c, 400, "INVALID_ARGUMENT",
-                                  "body must be {\"from\": string, \"to\": string, "
-                                  "\"overwrite\": bool}");
+        return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT",
+                                      "body must be {\"from\": string, \"to\": string, "
+                                      "\"overwrite\": bool}");
     rc = sbx_fs_move(c->h->o.root, from, to, overwrite, &err);
     json_decref(j);
     if (rc < 0)
         return respond_fs_error(c, rc, &err);
-    return http_respond_empty(c, 204);
+    return sbx_http_respond_empty(c, 204);
 }

@@ -1,4 +1,6 @@
-/* What the HTTP adapter's files share: one request's context, responses, routes. */
+/* What the HTTP adapter's files share: the server's state, one request's state and the context
+ * of one call of the access handler, and the route type. Types only: the helpers are in
+ * http_request.h, the table in http_routes.h. */
 #pragma once
 
 #include <jansson.h>
@@ -69,33 +71,3 @@ struct route {
     route_fn fn;
     enum route_access access;
 };
-
-/* Responses; each queues and returns MHD's verdict. */
-enum MHD_Result http_respond_json(struct hctx *c, unsigned status, json_t *body /* stolen */);
-enum MHD_Result http_respond_error(struct hctx *c, unsigned status, const char *code,
-                                   const char *msg);
-/* The status, code and message of a core error (-errno + message). */
-enum MHD_Result http_respond_errno(struct hctx *c, int r, const struct sbx_error *e);
-enum MHD_Result http_respond_empty(struct hctx *c, unsigned status);
-enum MHD_Result http_queue(struct hctx *c, unsigned status, struct MHD_Response *resp);
-
-/* A query argument, or NULL. */
-const char *http_arg(struct hctx *c, const char *name);
-const char *http_header(struct hctx *c, const char *name);
-/* Parses true/false like Go's strconv.ParseBool; -EINVAL otherwise. */
-int http_parse_bool(const char *s, bool *ret);
-/* RFC 3339 UTC with second precision. */
-void http_format_time(time_t t, char buf[32]);
-
-enum MHD_Result http_files(struct hctx *c);
-enum MHD_Result http_stat(struct hctx *c);
-enum MHD_Result http_dirs(struct hctx *c);
-enum MHD_Result http_move(struct hctx *c);
-enum MHD_Result http_health(struct hctx *c);
-enum MHD_Result http_healthz(struct hctx *c);
-enum MHD_Result http_readyz(struct hctx *c);
-enum MHD_Result http_metadata(struct hctx *c);
-enum MHD_Result http_metrics(struct hctx *c);
-
-/* Frees what an upload holds, removing its temp file unless committed. */
-void http_upload_release(struct hreq *r);

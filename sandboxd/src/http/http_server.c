@@ -15,201 +15,12 @@
 #include "auth.h"
 #include "cleanup.h"
 #include "http_internal.h"
+#include "http_request.h"
+#include "http_routes.h"
 #include "log.h"
 #include "metrics.h"
 
 extern char **environ;
-
-static const struct route routes[] = {
-    {"/v1/files/", "GET HEAD PUT DELETE", http_files, ROUTE_AUTH},
-    {"/v1/files", "GET HEAD PUT DELETE", http_files, ROUTE_AUTH},
-    {"/v1/stat/", "GET HEAD", http_stat, ROUTE_AUTH},
-    {"/v1/dirs/", "PUT", http_dirs, ROUTE_AUTH},
-    {"/v1/move", "POST", http_move, ROUTE_AUTH},
-    /* The reference's health route: probes written for the reference daemon call it. */
-    {"/v1/health", "GET HEAD", http_health, ROUTE_OPEN},
-    {"/v1/metadata", "GET HEAD", http_metadata, ROUTE_AUTH},
-    {"/healthz", "GET HEAD", http_healthz, ROUTE_OPEN},
-    {"/readyz", "GET HEAD", http_readyz, ROUTE_OPEN},
-    {"/metrics", "GET HEAD", http_metrics, ROUTE_METRICS},
-};
-
-enum MHD_Result http_queue(struct hctx *c, unsigned status, struct MHD_Response *resp)
-{
-    enum MHD_Result ret;
-
-    if (!resp)
-        return MHD_NO;
-    c->r->responded = true;
-    sbx_metrics_request(SBX_METRIC_HTTP, (int)status);
-    if (!c->body_done) {
-        /* libmicrohttpd hangs the connection when a response is queued while body remains:
-         * keep it for the call that ends the body, and drop the body meanwhile. */
-        c->r->pending = resp;
-        c->r->pending_status = status;
-        return MHD_YES;
-    }
-    ret = MHD_queue_response(c->conn, status, resp);
-    MHD_destroy_response(resp);
-    return ret;
-}
-
-/* A JSON body with a trailing newline, as the reference's json.Encoder writes. */
-static struct MHD_Response *json_response(json_t *body)
-{
-    struct MHD_Response *resp;
-    char *text = json_dumps(body, JSON_COMPACT);
-    char *nl;
-    size_t len;
-
-    json_decref(body);
-    if (!text)
-        return NULL;
-    len = strlen(text);
-    nl = realloc(text, len + 2);
-    if (!nl) {
-        free(text);
-        return NULL;
-    }
-    text = nl;
-    text[len++] = '\n';
-    text[len] = '\0';
-    resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(text);
-        return NULL;
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    return resp;
-}
-
-enum MHD_Result http_respond_json(struct hctx *c, unsigned status, json_t *body)
-{
-    return http_queue(c, status, json_response(body));
-}
-
-enum MHD_Result http_respond_error(struct hctx *c, unsigned status, const char *code,
-                                   const char *msg)
-{
-    json_t *body = json_pack("{s:s, s:s}", "code", code, "message", msg);
-    char safe[512];
-    size_t i;
-
-    if (!body) {
-        /* The message quotes a client's bytes that are not UTF-8, which JSON cannot carry:
-         * they become '?' (an answer without a body would leave the request unanswered). */
-        for (i = 0; msg[i] && i < sizeof(safe) - 1; i++)
-            safe[i] = (unsigned char)msg[i] < 0x80 ? msg[i] : '?';
-        safe[i] = '\0';
-        body = json_pack("{s:s, s:s}", "code", code, "message", safe);
-    }
-    return http_respond_json(c, status, body);
-}
-
-enum MHD_Result http_respond_empty(struct hctx *c, unsigned status)
-{
-    return http_queue(c, status,
-                      MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT));
-}
-
-/* One table from errno to HTTP status and error code. */
-static const struct {
-    int err;
-    unsigned status;
-    const char *code;
-} errno_map[] = {
-    {EXDEV, 403, "PERMISSION_DENIED"},
-    {EACCES, 403, "PERMISSION_DENIED"},
-    {EPERM, 403, "PERMISSION_DENIED"},
-    {ENOENT, 404, "NOT_FOUND"},
-    {EISDIR, 400, "INVALID_ARGUMENT"},
-    {EINVAL, 400, "INVALID_ARGUMENT"},
-    {ENOTDIR, 400, "INVALID_ARGUMENT"},
-    {ENAMETOOLONG, 400, "INVALID_ARGUMENT"},
-    {ELOOP, 400, "INVALID_ARGUMENT"},
-    {ENOTEMPTY, 409, "CONFLICT"},
-    {EBUSY, 409, "CONFLICT"},
-    {EEXIST, 409, "CONFLICT"},
-    {ENOSPC, 507, "INSUFFICIENT_STORAGE"},
-    {EDQUOT, 507, "INSUFFICIENT_STORAGE"},
-    {EFBIG, 413, "PAYLOAD_TOO_LARGE"},
-    {EROFS, 403, "PERMISSION_DENIED"},
-};
-
-enum MHD_Result http_respond_errno(struct hctx *c, int r, const struct sbx_error *e)
-{
-    const char *msg = e && e->msg[0] ? e->msg : strerror(-r);
-
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(errno_map); i++) {
-        if (errno_map[i].err != -r)
-            continue;
-        if (-r == EXDEV)
-            msg = "path traversal outside sandbox root is forbidden";
-        else if (-r == EACCES || -r == EPERM)
-            msg = "permission denied";
-        return http_respond_error(c, errno_map[i].status, errno_map[i].code, msg);
-    }
-    return http_respond_error(c, 500, "INTERNAL", msg);
-}
-
-const char *http_arg(struct hctx *c, const char *name)
-{
-    return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, name);
-}
-
-const char *http_header(struct hctx *c, const char *name)
-{
-    return MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, name);
-}
-
-int http_parse_bool(const char *s, bool *ret)
-{
-    static const char *const yes[] = {"1", "t", "T", "TRUE", "true", "True"};
-    static const char *const no[] = {"0", "f", "F", "FALSE", "false", "False"};
-
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(yes); i++) {
-        if (strcmp(s, yes[i]) == 0) {
-            *ret = true;
-            return 0;
-        }
-        if (strcmp(s, no[i]) == 0) {
-            *ret = false;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-void http_format_time(time_t t, char buf[32])
-{
-    struct tm tm;
-
-    gmtime_r(&t, &tm);
-    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-static bool method_allowed(const struct route *rt, const char *method)
-{
-    size_t n = strlen(method);
-
-    for (const char *p = rt->methods; (p = strstr(p, method)); p += n)
-        if ((p == rt->methods || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-            return true;
-    return false;
-}
-
-static const struct route *find_route(const char *url, const char **rest)
-{
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(routes); i++) {
-        const char *prefix = routes[i].prefix;
-        size_t n = strlen(prefix);
-        if (prefix[n - 1] == '/' ? strncmp(url, prefix, n) == 0 : strcmp(url, prefix) == 0) {
-            *rest = url + (prefix[n - 1] == '/' ? n : strlen(url));
-            return &routes[i];
-        }
-    }
-    return NULL;
-}
 
 static enum MHD_Result route(struct hctx *c, const char *url, const char *method);
 
@@ -256,14 +67,14 @@ static bool authenticate(struct hctx *c, const struct route *rt, enum MHD_Result
         log_info("http: unauthenticated request of %s: %s%s", rt ? rt->prefix : "an unknown route",
                  sbx_auth_verdict_message(v), more);
     }
-    resp = json_response(
+    resp = sbx_http_json_response(
         json_pack("{s:s, s:s}", "code", "UNAUTHENTICATED", "message", sbx_auth_verdict_message(v)));
     if (resp)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 v == SBX_AUTH_WRONG || v == SBX_AUTH_MALFORMED
                                     ? "Bearer realm=\"sandboxd\", error=\"invalid_token\""
                                     : "Bearer realm=\"sandboxd\"");
-    *ret = http_queue(c, 401, resp);
+    *ret = sbx_http_queue(c, 401, resp);
     return false;
 }
 
@@ -272,14 +83,14 @@ static bool authenticate(struct hctx *c, const struct route *rt, enum MHD_Result
  * (which a body that might follow needs anyway). Other refusals wait for the body's end. */
 static enum MHD_Result refuse_before_continue(struct hctx *c, const char *url)
 {
-    const char *expect = http_header(c, MHD_HTTP_HEADER_EXPECT);
+    const char *expect = sbx_http_header(c, MHD_HTTP_HEADER_EXPECT);
     const struct route *rt;
     const char *rest;
     enum MHD_Result ret;
 
     if (!c->h->o.auth || !expect || strcasecmp(expect, "100-continue") != 0)
         return MHD_YES;
-    rt = find_route(url, &rest);
+    rt = sbx_http_route_find(url, &rest);
     c->body_done = true; /* nothing of it will be read */
     return authenticate(c, rt, &ret) ? MHD_YES : ret;
 }
@@ -332,15 +143,15 @@ static enum MHD_Result route(struct hctx *c, const char *url, const char *method
     const struct route *rt;
     enum MHD_Result ret;
 
-    rt = find_route(url, &c->path);
+    rt = sbx_http_route_find(url, &c->path);
     if (!authenticate(c, rt, &ret))
         return ret;
     if (info && info->socket_context && *(bool *)info->socket_context)
-        return http_respond_error(c, 400, "INVALID_ARGUMENT", "NUL byte in the URL");
+        return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", "NUL byte in the URL");
     if (!rt)
-        return http_respond_error(c, 404, "NOT_FOUND", "no such route");
-    if (!method_allowed(rt, method)) {
-        struct MHD_Response *resp = json_response(
+        return sbx_http_respond_error(c, 404, "NOT_FOUND", "no such route");
+    if (!sbx_http_route_allows(rt, method)) {
+        struct MHD_Response *resp = sbx_http_json_response(
             json_pack("{s:s, s:s}", "code", "METHOD_NOT_ALLOWED", "message", "method not allowed"));
         char allow[64];
         size_t n = 0;
@@ -353,7 +164,7 @@ static enum MHD_Result route(struct hctx *c, const char *url, const char *method
         allow[n] = '\0';
         if (resp)
             MHD_add_response_header(resp, "Allow", allow);
-        return http_queue(c, 405, resp);
+        return sbx_http_queue(c, 405, resp);
     }
     c->r->route = rt;
     return rt->fn(c);
@@ -401,7 +212,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     }
     if (!r)
         return;
-    http_upload_release(r); /* a cut-off upload leaves nothing behind */
+    sbx_http_upload_release(r); /* a cut-off upload leaves nothing behind */
     if (r->pending)
         MHD_destroy_response(r->pending);
     free(r->body);

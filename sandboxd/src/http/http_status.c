@@ -2,7 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http_internal.h"
+#include "http_request.h"
+#include "http_status.h"
 #include "metrics.h"
 
 static bool draining(struct hctx *c)
@@ -18,26 +19,26 @@ static enum MHD_Result respond_text(struct hctx *c, unsigned status, const char 
 
     if (resp)
         MHD_add_response_header(resp, "Content-Type", type);
-    return http_queue(c, status, resp);
+    return sbx_http_queue(c, status, resp);
 }
 
-enum MHD_Result http_health(struct hctx *c)
+enum MHD_Result sbx_http_health(struct hctx *c)
 {
     if (draining(c))
-        return http_respond_error(c, 503, "UNAVAILABLE", "sandboxd is shutting down");
-    return http_respond_json(c, 200,
-                             json_pack("{s:s, s:I}", "status", "ok", "uptime_seconds",
-                                       (json_int_t)(time(NULL) - c->h->started)));
+        return sbx_http_respond_error(c, 503, "UNAVAILABLE", "sandboxd is shutting down");
+    return sbx_http_respond_json(c, 200,
+                                 json_pack("{s:s, s:I}", "status", "ok", "uptime_seconds",
+                                           (json_int_t)(time(NULL) - c->h->started)));
 }
 
-enum MHD_Result http_healthz(struct hctx *c)
+enum MHD_Result sbx_http_healthz(struct hctx *c)
 {
     if (c->h->o.alive && !c->h->o.alive(c->h->o.arg))
         return respond_text(c, 503, "the event loop does not answer\n", "text/plain");
     return respond_text(c, 200, "ok\n", "text/plain");
 }
 
-enum MHD_Result http_readyz(struct hctx *c)
+enum MHD_Result sbx_http_readyz(struct hctx *c)
 {
     if (draining(c))
         return respond_text(c, 503, "shutting down\n", "text/plain");
@@ -46,12 +47,12 @@ enum MHD_Result http_readyz(struct hctx *c)
     return respond_text(c, 200, "ok\n", "text/plain");
 }
 
-enum MHD_Result http_metadata(struct hctx *c)
+enum MHD_Result sbx_http_metadata(struct hctx *c)
 {
-    return http_respond_json(c, 200, json_deep_copy(c->h->metadata));
+    return sbx_http_respond_json(c, 200, json_deep_copy(c->h->metadata));
 }
 
-enum MHD_Result http_metrics(struct hctx *c)
+enum MHD_Result sbx_http_metrics(struct hctx *c)
 {
     struct MHD_Response *resp;
     size_t len = 0;
@@ -65,5 +66,5 @@ enum MHD_Result http_metrics(struct hctx *c)
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
-    return http_queue(c, 200, resp);
+    return sbx_http_queue(c, 200, resp);
 }
