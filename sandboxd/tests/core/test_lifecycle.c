@@ -77,6 +77,7 @@ struct life {
     int step;                                  /* the script's own */
     bool flag[4];                              /* what the script saw */
     int seen[4];
+    double mark; /* ms when the script last moved on */
     /* Set by live(). */
     struct sbx_loop *loop;
     struct sbx_proctab *procs;
@@ -245,15 +246,24 @@ static void test_main_status(void)
     }
 }
 
-/* The main process has exited by 300 ms; then SIGHUP (ignored), then SIGTERM. */
+/* Whether every child of ours has been reaped (by the lifecycle, on the loop). */
+static bool no_children(void)
+{
+    siginfo_t si;
+
+    return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+}
+
+/* Once the main process has exited and been reaped, SIGHUP (ignored), then SIGTERM. */
 static void script_keep_serving(struct life *l, double ms)
 {
-    if (l->step == 0 && ms >= 300) {
+    if (l->step == 0 && no_children()) {
         l->flag[0] = sbx_lifecycle_draining(l->lc);
         l->seen[0] = l->hooks[0]->stops;
         raise_(SIGHUP);
+        l->mark = ms;
         l->step++;
-    } else if (l->step == 1 && ms >= 350) {
+    } else if (l->step == 1 && ms >= l->mark + 50) {
         l->flag[1] = sbx_lifecycle_draining(l->lc);
         raise_(SIGTERM);
         l->step++;
@@ -438,27 +448,33 @@ static void ignore_exit(void *data, const struct sbx_exit *ex)
     (void)data, (void)ex;
 }
 
-/* A process at 20 ms; its end brings a tidy soon. SIGTERM at 300 ms; the waiting hook is done at
- * 600 ms, the tidies meanwhile counted. */
+/* A process at 20 ms, whose end brings a tidy soon. Once seen[3] tidies are counted (or at 3 s),
+ * 200 ms more; then SIGTERM, and the waiting hook is done 300 ms later. */
 static void script_tidy(struct life *l, double ms)
 {
     static char *const argv[] = {"true", NULL};
+    static const struct sbx_proc_sink sink = {ignore_output, ignore_exit}; /* borrowed */
     struct sbx_proc_opts o = {
         .argv = argv, .envp = environ, .cwd_fd = -1, .credit = SBX_CREDIT_UNLIMITED};
-    static const struct sbx_proc_sink sink = {ignore_output, ignore_exit}; /* borrowed */
     struct sbx_proc *p = NULL;
     struct sbx_error err = {0};
+    int tidies = l->hooks[0]->tidies;
 
     if (l->step == 0 && ms >= 20) {
         if (sbx_proc_start(l->procs, &o, &sink, NULL, &p, &err) == 0)
             sbx_proc_unref(p);
         l->step++;
-    } else if (l->step == 1 && ms >= 300) {
-        l->seen[0] = l->hooks[0]->tidies;
-        raise_(SIGTERM);
+    } else if (l->step == 1 && (tidies >= l->seen[3] || ms >= 3000)) {
+        l->seen[0] = tidies;
+        l->mark = ms;
         l->step++;
-    } else if (l->step == 2 && ms >= 600) {
-        l->seen[1] = l->hooks[0]->tidies - l->seen[0];
+    } else if (l->step == 2 && ms >= l->mark + 200) {
+        l->seen[1] = tidies;
+        raise_(SIGTERM);
+        l->mark = ms;
+        l->step++;
+    } else if (l->step == 3 && ms >= l->mark + 300) {
+        l->seen[2] = tidies - l->seen[1];
         sbx_lifecycle_hook_done(&l->hooks[0]->hook);
         l->step++;
     }
@@ -473,11 +489,13 @@ static void test_tidy(void)
                            .tidy_period_ms = 60000},
                      .hooks = {&t},
                      .n_hooks = 1,
-                     .script = script_tidy};
+                     .script = script_tidy,
+                     .seen[3] = 1};
 
     fake_init(&t, true);
     (void)live(&l);
-    ok(l.seen[0] == 1, "the last process's end brought one tidy, the period none (%d)", l.seen[0]);
+    ok(l.seen[0] == 1 && l.seen[1] == 1,
+       "the last process's end brought one tidy, the period none (%d, %d)", l.seen[0], l.seen[1]);
 
     fake_init(&t, true);
     l = (struct life){.o = {.shutdown_timeout_ms = 5000,
@@ -486,10 +504,11 @@ static void test_tidy(void)
                             .tidy_period_ms = 40},
                       .hooks = {&t},
                       .n_hooks = 1,
-                      .script = script_tidy};
+                      .script = script_tidy,
+                      .seen[3] = 4};
     (void)live(&l);
-    ok(l.seen[0] >= 3, "while serving, a tidy every period (%d in 300 ms)", l.seen[0]);
-    ok(l.seen[1] <= 1, "none once draining (%d in 300 ms)", l.seen[1]);
+    ok(l.seen[0] >= 4, "while serving, a tidy every period (%d)", l.seen[0]);
+    ok(l.step == 4 && l.seen[2] <= 1, "none once draining (%d in 300 ms)", l.seen[2]);
 }
 
 static void test_hook_table_bound(void)
