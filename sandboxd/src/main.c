@@ -1,4 +1,5 @@
-/* sandboxd: parses flags, sets signals up, starts the gRPC adapter, runs the loop. */
+/* sandboxd: parses flags, starts the adapters, registers them with the lifecycle (signals, the
+ * main process, the drain) and runs it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -7,14 +8,10 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <grpc/grpc.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +25,7 @@
 #include "grpc_reflection.h"
 #include "grpc_server.h"
 #include "http_server.h"
+#include "lifecycle.h"
 #include "log.h"
 #include "loop.h"
 #include "metrics.h"
@@ -80,6 +78,7 @@ static bool arg_no_new_privs = true;
 /* Everything the loop's callbacks reach. */
 static struct {
     struct sbx_loop *loop;
+    struct sbx_lifecycle *lc;
     struct sbx_proctab *procs;
     struct sbx_grpc *grpc;
     struct sbx_http *http;
@@ -89,21 +88,11 @@ static struct {
     struct sbx_cgroups *cgroups;
     struct sbx_error cgroups_why;
     struct sbx_jobs_service jobs_service;
-    struct sbx_budget output_budget; /* --max-output-memory */
-    struct sbx_watch signals;
+    struct sbx_budget output_budget;   /* --max-output-memory */
     struct sbx_auth *auth;             /* NULL: no token, everything open */
     struct sock_fprog seccomp;         /* empty: no filter */
     struct sock_fprog seccomp_default; /* when ours is off: the default, for requests */
-    struct sbx_timer kill_timer, deadline_timer, trim_timer;
-    bool draining;
-    bool idle;         /* draining, and no process is left */
-    bool grpc_done;    /* draining, and every call has finished */
-    bool stopped;      /* the loop returned: tasks run at teardown change nothing */
-    bool deadline_hit; /* --shutdown-timeout is over */
-    bool trim_soon;    /* the trim timer is armed for TRIM_DELAY_MS, not the period */
-    pid_t main_pid;    /* the main process (sandboxd -- cmd), or 0 */
-    bool main_exited;
-    int main_status; /* its wait status */
+    struct sbx_lifecycle_hook grpc_hook, health_hook, jobs_hook, http_hook, cgroups_hook;
 } d;
 
 static int opt_port(const char *v, void *dst)
@@ -241,190 +230,69 @@ static int parse_args(int argc, char **argv)
     return 0;
 }
 
-/* The drain is over once every call has finished and every process is gone, or at the deadline
- * (the kill timer has fired by then). */
-static void maybe_stop(void)
+/* What the servers do in the drain (lifecycle.h), each a hook that knows its server. gRPC: new
+ * processes are refused and no call is accepted; the drain waits until every call has finished,
+ * which a completion-queue thread reports. */
+static void grpc_finished(void *hook)
 {
-    if (d.stopped)
-        return;
-    if (d.grpc_done && (d.idle || d.deadline_hit))
-        sbx_loop_stop(d.loop);
+    sbx_lifecycle_hook_done(hook);
 }
 
-static void grpc_done(void *arg)
+static void grpc_stop(struct sbx_lifecycle_hook *h)
 {
-    (void)arg;
-    d.grpc_done = true;
-    maybe_stop();
-}
-
-/* Every call has finished: posted from a completion-queue thread. */
-static void grpc_shut_down(void *arg)
-{
-    (void)arg;
-    (void)sbx_loop_post(d.loop, grpc_done, NULL);
-}
-
-/* No process is left: the only calls that may remain are health watches; end them. */
-/* The allocator gives back what a burst left free (a thousand streams leave ~15 MB otherwise):
- * shortly after the last process of a burst ends, and every half minute while idle (connections
- * come and go without processes). */
-#define TRIM_DELAY_MS  2000
-#define TRIM_PERIOD_MS 30000
-
-static void trim_expired(struct sbx_timer *t)
-{
-    (void)t;
-    d.trim_soon = false;
-#ifdef __GLIBC__
-    if (sbx_proctab_count(d.procs) == 0)
-        (void)malloc_trim(0);
-#endif
-    sbx_cgroups_sweep(d.cgroups);
-    if (!d.draining)
-        (void)sbx_timer_arm(&d.trim_timer, TRIM_PERIOD_MS);
-}
-
-static void procs_empty(void *arg)
-{
-    (void)arg;
-    if (d.stopped)
-        return;
-    if (!d.draining && !d.trim_soon) {
-        /* Not pushed back by every process that ends: a steady trickle must not starve it. */
-        d.trim_soon = true;
-        (void)sbx_timer_arm(&d.trim_timer, TRIM_DELAY_MS);
-    }
-    if (d.draining && !d.idle && sbx_proctab_busy(d.procs) == 0) {
-        d.idle = true;
-        log_info("all processes have exited");
-        sbx_timer_arm(&d.kill_timer, 0);
-        sbx_health_end_watches(d.health);
-        maybe_stop();
-    }
-}
-
-static void kill_expired(struct sbx_timer *t)
-{
-    (void)t;
-    int n = sbx_proctab_signal_all(d.procs, SIGKILL);
-    if (n > 0)
-        log_warn(0, "killed %d process groups still running after the termination grace", n);
-}
-
-static void deadline_expired(struct sbx_timer *t)
-{
-    (void)t;
-    log_warn(0, "shutdown timeout reached: cancelling the calls still running");
-    d.deadline_hit = true;
-    sbx_grpc_cancel_all(d.grpc);
-    maybe_stop();
-}
-
-static void begin_drain(const char *why)
-{
-    uint64_t grace = arg_termination_grace_ms;
-    int n;
-
-    if (d.draining)
-        return;
-    d.draining = true;
-    log_info("%s: draining", why);
     __atomic_store_n(&d.process.draining, true, __ATOMIC_RELEASE);
-    sbx_health_set_serving(d.health, false);
-    sbx_jobs_shutdown(d.jobs);
-    if (d.http)
-        sbx_http_set_draining(d.http);
-    sbx_proctab_drain(d.procs);
-    n = sbx_proctab_signal_all(d.procs, SIGTERM);
-    if (n > 0)
-        log_info("sent SIGTERM to %d process groups", n);
-    if (grace >= arg_shutdown_timeout_ms)
-        grace = arg_shutdown_timeout_ms * 3 / 4;
-    sbx_timer_arm(&d.kill_timer, grace ? grace : 1);
-    sbx_timer_arm(&d.deadline_timer, arg_shutdown_timeout_ms ? arg_shutdown_timeout_ms : 1);
-    sbx_grpc_shutdown(d.grpc, grpc_shut_down, NULL);
-    procs_empty(NULL);
+    sbx_grpc_shutdown(h->arg, grpc_finished, h);
 }
 
-/* A reaped child outside the table: the main process, or an orphan. */
-static void other_exit(void *arg, pid_t pid, int status)
+static void grpc_cancel(struct sbx_lifecycle_hook *h)
 {
-    (void)arg;
-    if (pid != d.main_pid || d.main_exited)
-        return;
-    d.main_exited = true;
-    d.main_status = status;
-    if (WIFSIGNALED(status))
-        log_info("main process %d killed by signal %d", pid, WTERMSIG(status));
-    else
-        log_info("main process %d exited with code %d", pid, WEXITSTATUS(status));
-    if (!arg_keep_serving)
-        begin_drain("main process exited");
+    sbx_grpc_cancel_all(h->arg);
 }
 
-static bool main_running(void)
+/* Health: NOT_SERVING from the drain on. Once no process is left, the only calls that may remain
+ * are health watches: they end. */
+static void health_stop(struct sbx_lifecycle_hook *h)
 {
-    return d.main_pid > 0 && !d.main_exited;
+    sbx_health_set_serving(h->arg, false);
 }
 
-static void on_signal(struct sbx_watch *w, uint32_t events)
+static void health_idle(struct sbx_lifecycle_hook *h)
 {
-    struct signalfd_siginfo si;
-    char why[64];
-
-    (void)events;
-    while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
-        int sig = (int)si.ssi_signo;
-
-        switch (sig) {
-        case SIGCHLD:
-            sbx_proctab_reap(d.procs);
-            if (d.draining)
-                procs_empty(NULL);
-            break;
-        case SIGTERM:
-            /* The drain signals every process, the main one (and its group) included. */
-            snprintf(why, sizeof(why), "received %s", strsignal(sig));
-            begin_drain(why);
-            break;
-        default:
-            /* With a main process, it decides; SIGINT alone drains without one. */
-            if (main_running()) {
-                (void)kill(d.main_pid, sig);
-            } else if (sig == SIGINT) {
-                snprintf(why, sizeof(why), "received %s", strsignal(sig));
-                begin_drain(why);
-            } else {
-                log_debug("ignoring signal %d", sig);
-            }
-            break;
-        }
-    }
+    sbx_health_end_watches(h->arg);
 }
 
-/* Blocks the signals we read from a signalfd, before any thread exists. */
-static int setup_signals(struct sbx_error *err)
+static void jobs_stop(struct sbx_lifecycle_hook *h)
 {
-    sigset_t set;
+    sbx_jobs_shutdown(h->arg);
+}
 
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    /* Forwarded to the main process. */
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGQUIT);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGUSR2);
-    sigaddset(&set, SIGWINCH);
-    if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
-        return sbx_error_set(err, errno, "sigprocmask");
-    signal(SIGPIPE, SIG_IGN);
-    d.signals.fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (d.signals.fd < 0)
-        return sbx_error_set(err, errno, "signalfd");
-    d.signals.fn = on_signal;
+static void http_stop(struct sbx_lifecycle_hook *h)
+{
+    sbx_http_set_draining(h->arg);
+}
+
+/* Cgroups of exited processes that still had members go once they are empty. */
+static void cgroups_tidy(struct sbx_lifecycle_hook *h)
+{
+    sbx_cgroups_sweep(h->arg);
+}
+
+static int add_hooks(struct sbx_error *err)
+{
+    struct sbx_lifecycle_hook *hooks[] = {&d.grpc_hook, &d.health_hook, &d.jobs_hook, &d.http_hook,
+                                          &d.cgroups_hook};
+    int r;
+
+    d.grpc_hook = (struct sbx_lifecycle_hook){
+        .stop = grpc_stop, .cancel = grpc_cancel, .waits = true, .arg = d.grpc};
+    d.health_hook =
+        (struct sbx_lifecycle_hook){.stop = health_stop, .idle = health_idle, .arg = d.health};
+    d.jobs_hook = (struct sbx_lifecycle_hook){.stop = jobs_stop, .arg = d.jobs};
+    d.http_hook = (struct sbx_lifecycle_hook){.stop = http_stop, .arg = d.http};
+    d.cgroups_hook = (struct sbx_lifecycle_hook){.tidy = cgroups_tidy, .arg = d.cgroups};
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(hooks); i++)
+        if ((r = sbx_lifecycle_add_hook(d.lc, hooks[i], err)) < 0)
+            return r;
     return 0;
 }
 
@@ -505,7 +373,7 @@ static bool loop_alive(void *arg)
 static bool ready(void *arg)
 {
     (void)arg;
-    return !d.draining && sbx_spawn_probe() == 0;
+    return !sbx_lifecycle_draining(d.lc) && sbx_spawn_probe() == 0;
 }
 
 static int start_http(const struct sbx_root *root, struct sbx_error *err)
@@ -649,9 +517,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
     struct sbx_proctab_opts po = {.chunk_size = (size_t)arg_stream_chunk_size,
                                   .exit_drain_ms = arg_exit_drain_timeout_ms,
                                   .max_procs = (size_t)arg_max_processes,
-                                  .oom_score_adj = arg_oom_score_adj,
-                                  .on_other_exit = other_exit,
-                                  .on_empty = procs_empty};
+                                  .oom_score_adj = arg_oom_score_adj};
     struct sbx_jobs_opts jo = {.cgroups = open_cgroups(),
                                .cgroups_why = d.cgroups_why.msg,
                                .ring_bytes = (size_t)arg_output_ring_bytes,
@@ -668,12 +534,10 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
 
     sbx_budget_init(&d.output_budget, (size_t)arg_max_output_memory);
     sbx_metrics_watch_output(&d.output_budget);
+    sbx_lifecycle_watch_procs(d.lc, &po);
     if ((r = sbx_root_open(root, arg_root_dir, err)) < 0 || (r = sbx_loop_new(&d.loop, err)) < 0 ||
-        (r = sbx_loop_add(d.loop, &d.signals, EPOLLIN, err)) < 0 ||
-        (r = sbx_timer_init(&d.kill_timer, d.loop, kill_expired, err)) < 0 ||
-        (r = sbx_timer_init(&d.deadline_timer, d.loop, deadline_expired, err)) < 0 ||
-        (r = sbx_timer_init(&d.trim_timer, d.loop, trim_expired, err)) < 0 ||
         (r = sbx_proctab_new(&d.procs, d.loop, &po, err)) < 0 ||
+        (r = sbx_lifecycle_attach(d.lc, d.loop, d.procs, err)) < 0 ||
         (r = sbx_jobs_new(&d.jobs, d.loop, d.procs, &jo, err)) < 0 ||
         (r = sbx_health_new(&d.health, err)) < 0 ||
         (r = sbx_reflection_new(refl, sbx_descriptor_set,
@@ -696,56 +560,51 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
         (r = sbx_grpc_reflection_register(d.grpc, *refl, err)) < 0 || (r = listen_all(err)) < 0 ||
         (r = sbx_grpc_start(d.grpc, err)) < 0 || (r = start_http(root, err)) < 0)
         return r;
-    return 0;
+    return add_hooks(err);
 }
 
-/* Starts the main process (sandboxd -- cmd) with our stdio and environment. Returns 0, or the
- * exit code a shell would give when it cannot run (127 not found, 126 not executable). */
-static int start_main(void)
+/* The drain and the loop are over, or setup failed: everything goes, gRPC last. */
+static void teardown(struct sbx_root *root, struct sbx_reflection *refl)
 {
-    _cleanup_free_ char *path = NULL;
-    struct sbx_spawn s = {
-        .argv = arg_command, .envp = environ, .cwd_fd = -1, .inherit_stdio = true};
-    struct sbx_error err = {0};
-    int r;
-
-    r = sbx_spawn_lookup(arg_command[0], getenv("PATH"), &path, &err);
-    if (r == 0) {
-        s.path = path;
-        r = sbx_proctab_spawn_own(d.procs, &s, &d.main_pid, &err);
+    sbx_http_stop(d.http);
+    if (d.grpc) {
+        /* No completion-queue thread is left after this; what they posted last runs below,
+         * before anything it may reach is freed, and gRPC itself goes last. */
+        sbx_grpc_shutdown(d.grpc, grpc_finished, &d.grpc_hook);
+        sbx_grpc_cancel_all(d.grpc);
+        sbx_grpc_close(d.grpc);
     }
-    if (r < 0) {
-        log_error(err.code, "main process: %s", err.msg);
-        return r == -ENOENT ? 127 : 126;
+    if (d.loop)
+        sbx_loop_run_pending(d.loop);
+    log_info("sandboxd stopped");
+    sbx_jobs_free(d.jobs);
+    if (d.loop)
+        sbx_loop_run_pending(d.loop); /* the jobs' frees, which drop their processes */
+    sbx_cgroups_free(d.cgroups);
+    sbx_proctab_free(d.procs);
+    sbx_lifecycle_free(d.lc);
+    sbx_reflection_free(refl);
+    sbx_health_free(d.health);
+    if (d.grpc) {
+        sbx_grpc_free(d.grpc);
+        grpc_shutdown();
     }
-    log_info("main process %d: %s", d.main_pid, arg_command[0]);
-    return 0;
-}
-
-/* Our exit status: the main process's (128 + signal when killed, like a shell), else ours. */
-static int exit_status(int r)
-{
-    if (r < 0)
-        return EXIT_FAILURE;
-    if (d.main_pid <= 0)
-        return EXIT_SUCCESS;
-    if (!d.main_exited)
-        return EXIT_FAILURE;
-    if (WIFSIGNALED(d.main_status))
-        return 128 + WTERMSIG(d.main_status);
-    return WEXITSTATUS(d.main_status);
+    sbx_loop_free(d.loop);
+    sbx_root_release(root);
+    sbx_auth_free(d.auth);
+    sbx_seccomp_release(&d.seccomp);
+    sbx_seccomp_release(&d.seccomp_default);
 }
 
 int main(int argc, char **argv)
 {
-    int main_failed = 0;
+    struct sbx_lifecycle_opts lo = {0};
     struct sbx_root root = {.fd = -1};
     struct sbx_reflection *refl = NULL;
     struct sbx_error err = {0};
-    int r;
+    int r, status;
 
     sbx_log_name = "sandboxd";
-    d.signals.fd = -1;
 #ifdef __GLIBC__
     /* A few arenas, not one per thread: what one thread frees is found by the others. */
     (void)mallopt(M_ARENA_MAX, 2);
@@ -754,57 +613,24 @@ int main(int argc, char **argv)
     r = parse_args(argc, argv);
     if (r != 0)
         return r > 0 ? EXIT_SUCCESS : 2;
-    r = setup_signals(&err);
-    if (r == 0 && getpid() != 1)
-        (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
+    lo.shutdown_timeout_ms = arg_shutdown_timeout_ms;
+    lo.termination_grace_ms = arg_termination_grace_ms;
+    lo.keep_serving = arg_keep_serving;
+    r = sbx_lifecycle_new(&d.lc, &lo, &err); /* first: threads started later find signals blocked */
     if (r == 0) {
         protect_self();
         raise_nofile();
-    }
-    if (r == 0)
         r = setup_security(&err);
+    }
     if (r == 0)
         r = setup(&root, &refl, &err);
     if (r == 0) {
         log_info("sandboxd %s ready (root %s, pid %d)", SANDBOXD_VERSION, root.path, getpid());
-        (void)sbx_timer_arm(&d.trim_timer, TRIM_PERIOD_MS);
-        if (arg_command && (main_failed = start_main()) != 0)
-            begin_drain("main process could not start");
-        r = sbx_loop_run(d.loop, &err);
+        r = sbx_lifecycle_run(d.lc, arg_command, &err);
     }
     if (r < 0)
         log_error(err.code, "%s", err.msg);
-    sbx_http_stop(d.http);
-    d.stopped = true;
-    if (d.grpc) {
-        /* No completion-queue thread is left after this; what they posted last runs below,
-         * before anything it may reach is freed, and gRPC itself goes last. */
-        sbx_grpc_shutdown(d.grpc, grpc_shut_down, NULL);
-        sbx_grpc_cancel_all(d.grpc);
-        sbx_grpc_close(d.grpc);
-    }
-    if (d.loop)
-        sbx_loop_run_pending(d.loop);
-    log_info("sandboxd stopped");
-    sbx_timer_release(&d.kill_timer);
-    sbx_timer_release(&d.deadline_timer);
-    sbx_timer_release(&d.trim_timer);
-    sbx_jobs_free(d.jobs);
-    if (d.loop)
-        sbx_loop_run_pending(d.loop); /* the jobs' frees, which drop their processes */
-    sbx_cgroups_free(d.cgroups);
-    sbx_proctab_free(d.procs);
-    sbx_reflection_free(refl);
-    sbx_health_free(d.health);
-    if (d.grpc) {
-        sbx_grpc_free(d.grpc);
-        grpc_shutdown();
-    }
-    sbx_closep(&d.signals.fd);
-    sbx_loop_free(d.loop);
-    sbx_root_release(&root);
-    sbx_auth_free(d.auth);
-    sbx_seccomp_release(&d.seccomp);
-    sbx_seccomp_release(&d.seccomp_default);
-    return main_failed ? main_failed : exit_status(r);
+    status = sbx_lifecycle_exit_status(d.lc, r);
+    teardown(&root, refl);
+    return status;
 }
