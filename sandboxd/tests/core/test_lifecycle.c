@@ -449,7 +449,7 @@ static void ignore_exit(void *data, const struct sbx_exit *ex)
 }
 
 /* A process at 20 ms, whose end brings a tidy soon. Once seen[3] tidies are counted (or at 3 s),
- * 200 ms more; then SIGTERM, and the waiting hook is done 300 ms later. */
+ * 200 ms more; then SIGTERM, and the waiting hook is done 300 ms after the drain began. */
 static void script_tidy(struct life *l, double ms)
 {
     static char *const argv[] = {"true", NULL};
@@ -471,10 +471,13 @@ static void script_tidy(struct life *l, double ms)
     } else if (l->step == 2 && ms >= l->mark + 200) {
         l->seen[1] = tidies;
         raise_(SIGTERM);
+        l->step++;
+    } else if (l->step == 3 && sbx_lifecycle_draining(l->lc)) {
+        l->seen[2] = tidies;
         l->mark = ms;
         l->step++;
-    } else if (l->step == 3 && ms >= l->mark + 300) {
-        l->seen[2] = tidies - l->seen[1];
+    } else if (l->step == 4 && ms >= l->mark + 300) {
+        l->seen[2] = tidies - l->seen[2];
         sbx_lifecycle_hook_done(&l->hooks[0]->hook);
         l->step++;
     }
@@ -508,7 +511,8 @@ static void test_tidy(void)
                       .seen[3] = 4};
     (void)live(&l);
     ok(l.seen[0] >= 4, "while serving, a tidy every period (%d)", l.seen[0]);
-    ok(l.step == 4 && l.seen[2] <= 1, "none once draining (%d in 300 ms)", l.seen[2]);
+    ok(l.step == 5 && l.seen[2] <= 1, "none once draining, but one armed before (%d in 300 ms)",
+       l.seen[2]);
 }
 
 static void test_hook_table_bound(void)
