@@ -1,5 +1,7 @@
-"""What the sync and asyncio clients share: connection settings, request building, paths, signals
-and the local side of directory transfers (tar)."""
+"""What the sync and asyncio clients share: connection settings, the calls of process.v1 (the
+requests, and the decoding of the answers and of the Start stream), paths, signals and the local
+side of directory transfers (tar). The calls of sandboxd.v1.Processes are _ext's; _rpc makes the
+unary gRPC calls."""
 
 from __future__ import annotations
 
@@ -12,17 +14,19 @@ import threading
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import (IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol,
-                    Sequence, Tuple, Union)
+from typing import (IO, Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional,
+                    Protocol, Sequence, Tuple, TypeVar, Union)
 
 from . import errors
 from ._gen.process.v1 import process_pb2 as pb
+from .types import CommandResult, ExitStatus, OutputEvent
 
 Command = Union[str, Sequence[str]]
 PtySize = Tuple[int, int]  # (rows, cols)
 Progress = Callable[[int, Optional[int]], None]  # (bytes done, total bytes or None)
 SignalLike = Union[int, str, _signal.Signals]
 PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
 
 
 
@@ -77,6 +81,46 @@ class Endpoint:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
+class Session:
+    """What the modules of one client (the client's and its processes') share about its
+    connection: the endpoint, and whether the client is closed (check_open() then refuses,
+    naming the client: "the Sandbox is closed")."""
+
+    def __init__(self, endpoint: Endpoint, client: str) -> None:
+        self.endpoint = endpoint
+        self.client = client
+        self.closed = False
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise errors.UnavailableError(f"the {self.client} is closed")
+
+    def metadata(self) -> List[Tuple[str, str]]:
+        return self.endpoint.metadata()
+
+    def deadline(self, timeout: Optional[float]) -> float:
+        """The deadline of a unary call: its own timeout, else the endpoint's."""
+        return timeout or self.endpoint.timeout
+
+
+@dataclass(frozen=True)
+class Unary(Generic[T]):
+    """One unary gRPC call as data, made the same way by the sync and asyncio clients: the
+    stub's method, the request, how the response becomes the SDK's value, and the deadline
+    (None: the endpoint's timeout). check_open=False: no check that the client is open."""
+
+    method: str
+    request: Any
+    decode: Callable[[Any], T]
+    timeout: Optional[float] = None
+    check_open: bool = True
+
+
+def ignore(response: Any) -> None:
+    """The decoding of a call whose answer carries nothing."""
+    return None
+
+
 def argv(command: Command) -> List[str]:
     """A string runs through /bin/sh -c; a sequence is the argv itself."""
     if isinstance(command, str):
@@ -125,6 +169,13 @@ def signal_request(pid: int, sig: SignalLike) -> Any:
     return pb.SendSignalRequest(process_id=pid, signal=signal_number(sig))  # type: ignore[arg-type]
 
 
+def checked(res: CommandResult, check: bool) -> CommandResult:
+    """run(..., check=True): ProcessExitError unless the command exited 0."""
+    if check and not res.ok:
+        raise errors.ProcessExitError(res, res.exit_code)
+    return res
+
+
 STDIN_PIECE = 1 << 20  # bytes per WriteStdin call, well below the daemon's message limit
 
 
@@ -143,16 +194,96 @@ def stdin_request(pid: int, data: Optional[bytes]) -> Any:
     return req
 
 
-def event_of(msg: Any) -> Tuple[str, Any]:
-    """("init", pid), ("stdout", bytes), ("stderr", bytes), ("exit", code) or ("none", None)."""
-    kind = msg.WhichOneof("event")
-    if kind == "init":
-        return kind, msg.init.process_id
-    if kind == "exit":
-        return kind, msg.exit.exit_code
-    if kind in ("stdout", "stderr"):
-        return kind, getattr(msg, kind)
-    return "none", None
+# The unary calls of process.v1.ProcessService.
+
+def _execute_result(r: Any) -> CommandResult:
+    return CommandResult(r.exit_code, r.stdout, r.stderr)
+
+
+def execute_call(command: Command, env: Optional[Mapping[str, str]], cwd: Optional[str],
+                 timeout: Optional[float]) -> Unary[CommandResult]:
+    # Execute has never checked that the client is open: on a closed one grpc refuses the call
+    # itself (ValueError, under asyncio UsageError), not with the UnavailableError of the rest.
+    req = pb.ExecuteRequest(config=process_config(command, env, cwd))
+    return Unary("Execute", req, _execute_result, timeout, check_open=False)
+
+
+def write_stdin_calls(pid: int, data: Union[bytes, str]) -> Iterator[Unary[None]]:
+    """The WriteStdin calls that write data (str as UTF-8), in pieces the daemon accepts."""
+    for piece in stdin_pieces(data):
+        yield Unary("WriteStdin", stdin_request(pid, piece), ignore)
+
+
+def close_stdin_call(pid: int) -> Unary[None]:
+    return Unary("WriteStdin", stdin_request(pid, None), ignore)
+
+
+def signal_call(pid: int, sig: SignalLike) -> Unary[None]:
+    return Unary("SendSignal", signal_request(pid, sig), ignore)
+
+
+def resize_call(pid: int, rows: int, cols: int) -> Unary[None]:
+    return Unary("ResizeTTY", pb.ResizeTTYRequest(process_id=pid, rows=rows, cols=cols), ignore)
+
+
+class StartStream:
+    """What a process handle (Process, AsyncProcess) makes of its Start stream. The handle reads
+    the stream with its own queue and event: it passes each message to item() and queues what
+    comes back, queues end() when the stream ends, and read() passes each queued item to
+    take()."""
+
+    STARTED = object()  # item()'s answer to the init event: the process runs, pid is set
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.saw_exit = False
+        self.status: Optional[ExitStatus] = None  # once read() has reached the exit
+        self.done = False  # read() has nothing more to give
+        self._init = False
+
+    def item(self, msg: Any) -> Any:
+        """STARTED for the first init event; the OutputEvent or ExitStatus to queue; else None."""
+        kind = msg.WhichOneof("event")
+        if kind == "init":
+            if self._init:
+                return None
+            self._init = True
+            self.pid = msg.init.process_id
+            return self.STARTED
+        if kind in ("stdout", "stderr"):
+            return OutputEvent(kind, getattr(msg, kind))
+        if kind == "exit":
+            self.saw_exit = True
+            return ExitStatus(msg.exit.exit_code)
+        return None
+
+    def end(self) -> Optional[errors.SandboxError]:
+        """What to queue when the stream ends without an error: nothing after the exit event."""
+        return None if self.saw_exit else errors.InternalError(
+            "the stream ended without an exit event")
+
+    def take(self, item: Any) -> Optional[OutputEvent]:
+        """read()'s answer for a queued item: the OutputEvent; None at the exit (its status is
+        kept); the error the stream ended with is raised. Anything but output ends reading."""
+        if isinstance(item, OutputEvent):
+            return item
+        self.done = True
+        if isinstance(item, ExitStatus):
+            self.status = item
+            return None
+        raise item
+
+
+def start_timeout(timeout: float) -> errors.TimeoutError:
+    return errors.TimeoutError(f"the process did not start within {timeout}s")
+
+
+def output_timeout(timeout: Optional[float]) -> errors.TimeoutError:
+    return errors.TimeoutError(f"no output within {timeout}s")
+
+
+def exit_timeout(timeout: Optional[float]) -> errors.TimeoutError:
+    return errors.TimeoutError(f"the process did not exit within {timeout}s")
 
 
 def file_url(route: str, path: str) -> str:
@@ -227,14 +358,10 @@ class OutputCollector:
             data = data[:max(room, 0)]
         buf += data
 
-    def result(self, exit_code: int, timed_out: bool, pid: int, check: bool) -> Any:
-        from .types import CommandResult
-
+    def result(self, exit_code: int, timed_out: bool, pid: int, check: bool) -> CommandResult:
         res = CommandResult(exit_code, bytes(self.bufs["stdout"]), bytes(self.bufs["stderr"]),
                             self.truncated["stdout"], self.truncated["stderr"], timed_out, pid)
-        if check and not res.ok:
-            raise errors.ProcessExitError(res, res.exit_code)
-        return res
+        return checked(res, check)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,16 +1,25 @@
-"""Requests and results of sandboxd.v1.Processes, shared by the sync and asyncio clients."""
+"""Requests and results of sandboxd.v1.Processes, shared by the sync and asyncio clients: each
+call as a _common.Unary (request, deadline, decoding), the Attach stream's request and events."""
 
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import grpc
 
 from . import _common as c
+from . import errors
 from ._gen.sandboxd.v1 import processes_pb2 as xpb
-from .types import ExitDetail, OutputChunk, ProcessInfo, StreamOffsets, Truncated
+from .types import (CommandResult, ExitDetail, OutputChunk, ProcessInfo, StreamOffsets,
+                    Truncated)
 
 Rlimits = Mapping[str, Union[int, Tuple[int, int]]]  # name → soft, or (soft, hard)
 User = Union[int, Tuple[int, int], Tuple[int, int, Sequence[int]]]  # uid, (uid, gid[, groups])
+
+AttachEvent = Union[OutputChunk, Truncated]
+
+NO_DEADLINE = 24 * 3600.0  # of the calls that wait for a process: Run without a timeout, Wait
 
 SCOPES = {"group": xpb.SIGNAL_SCOPE_GROUP, "process": xpb.SIGNAL_SCOPE_PROCESS,
           "tree": xpb.SIGNAL_SCOPE_TREE}
@@ -114,9 +123,74 @@ def signal_request(pid: int, sig: c.SignalLike, scope: str) -> Any:
     return xpb.SignalRequest(id=pid, signal=c.signal_number(sig), scope=SCOPES[scope])
 
 
-def run_result(r: Any) -> Dict[str, Any]:
+def run_result(r: Any) -> CommandResult:
     d = exit_detail(r.exit)
-    return dict(exit_code=d.exit_code, stdout=r.stdout, stderr=r.stderr,
-                stdout_truncated=r.stdout_truncated, stderr_truncated=r.stderr_truncated,
-                timed_out=d.reason == "timed_out", exit=d,
-                stdout_total=r.stdout_total, stderr_total=r.stderr_total)
+    return CommandResult(exit_code=d.exit_code, stdout=r.stdout, stderr=r.stderr,
+                         stdout_truncated=r.stdout_truncated, stderr_truncated=r.stderr_truncated,
+                         timed_out=d.reason == "timed_out", exit=d,
+                         stdout_total=r.stdout_total, stderr_total=r.stderr_total)
+
+
+def attach_failure(e: grpc.RpcError, closed: bool) -> Optional[errors.SandboxError]:
+    """The error an Attach stream failed with; None when close() cancelled it."""
+    if e.code() == grpc.StatusCode.CANCELLED and closed:
+        return None
+    return errors.from_grpc(e)
+
+
+# The unary calls, with the arguments of Processes' and SpawnedProcess' methods.
+
+def spawn_call(command: c.Command, **kw: Any) -> c.Unary[ProcessInfo]:
+    """Spawn; kw are spec()'s."""
+    return c.Unary("Spawn", xpb.SpawnRequest(spec=spec(command, **kw)), process_info)
+
+
+def run_call(command: c.Command, *, stdin: bytes, max_output: int, check: bool,
+             timeout: Optional[float], grace: Optional[float], rpc_timeout: float,
+             **kw: Any) -> c.Unary[CommandResult]:
+    """Run; kw are spec()'s. The deadline leaves the process its timeout and grace (5 s when
+    unset) and the call rpc_timeout more; without a timeout, NO_DEADLINE."""
+    s = spec(command, timeout=timeout, grace=grace, **kw)
+    req = xpb.RunRequest(spec=s, stdin=bytes(stdin), output_limit_bytes=max_output)
+    deadline = (timeout + (grace or 5.0) + rpc_timeout) if timeout else None
+    return c.Unary("Run", req, lambda r: c.checked(run_result(r), check),
+                   deadline or NO_DEADLINE)
+
+
+def _process_list(r: Any) -> List[ProcessInfo]:
+    return [process_info(m) for m in r.processes]
+
+
+def list_call(tag: str) -> c.Unary[List[ProcessInfo]]:
+    return c.Unary("List", xpb.ListRequest(tag=tag), _process_list)
+
+
+def get_call(pid: int) -> c.Unary[ProcessInfo]:
+    return c.Unary("Get", xpb.GetRequest(id=pid), process_info)
+
+
+def wait_call(pid: int, timeout: Optional[float]) -> c.Unary[ProcessInfo]:
+    return c.Unary("Wait", xpb.WaitRequest(id=pid), process_info, timeout or NO_DEADLINE)
+
+
+def signal_call(pid: int, sig: c.SignalLike, scope: str) -> c.Unary[int]:
+    return c.Unary("Signal", signal_request(pid, sig, scope), lambda r: int(r.count))
+
+
+def write_calls(pid: int, data: Union[bytes, str], eof: bool) -> Iterator[c.Unary[None]]:
+    """The WriteStdin calls that write data in pieces the daemon accepts (one, empty, for no
+    data); eof goes with the last."""
+    pieces = list(c.stdin_pieces(data)) or [b""]
+    for i, piece in enumerate(pieces):
+        last = i == len(pieces) - 1
+        yield c.Unary("WriteStdin", xpb.WriteStdinRequest(id=pid, data=piece, eof=eof and last),
+                      c.ignore)
+
+
+def resize_call(pid: int, rows: int, cols: int) -> c.Unary[None]:
+    size = xpb.TerminalSize(rows=rows, cols=cols)
+    return c.Unary("Resize", xpb.ResizeRequest(id=pid, size=size), c.ignore)
+
+
+def remove_call(pid: int) -> c.Unary[None]:
+    return c.Unary("Remove", xpb.RemoveRequest(id=pid), c.ignore)

@@ -16,8 +16,8 @@ import grpc.aio
 import httpx
 
 from . import _common as c
+from . import _rpc as rpc
 from . import errors
-from ._gen.process.v1 import process_pb2 as pb
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
 from .aio_processes import AsyncProcesses
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
@@ -37,12 +37,12 @@ class AsyncSandbox:
         self.endpoint = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
                                         grpc_target=grpc_target, rest_url=rest_url,
                                         unix_socket=unix_socket, token=token, timeout=timeout)
+        self._session = c.Session(self.endpoint, "AsyncSandbox")
         self._channel = grpc.aio.insecure_channel(self.endpoint.grpc_target,
                                                   options=c.GRPC_OPTIONS)
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
         self.files = AsyncFiles(self.endpoint)
-        self.processes = AsyncProcesses(self, self._channel)
-        self._closed = False
+        self.processes = AsyncProcesses(self._session, self._channel)
         self._procs: "weakref.WeakSet[AsyncProcess]" = weakref.WeakSet()
 
     @classmethod
@@ -50,8 +50,8 @@ class AsyncSandbox:
         return cls(host, **kw)
 
     async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if not self._session.closed:
+            self._session.closed = True
             for p in list(self._procs):
                 await p.close()
             await self.files.close()
@@ -66,10 +66,9 @@ class AsyncSandbox:
     async def start(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
                     cwd: Optional[str] = None,
                     pty: Optional[c.PtySize] = None) -> "AsyncProcess":
-        if self._closed:
-            raise errors.UnavailableError("the AsyncSandbox is closed")
+        self._session.check_open()
         req = c.start_request(command, env, cwd, pty)
-        call = self._stub.Start(req, metadata=self.endpoint.metadata())
+        call = self._stub.Start(req, metadata=self._session.metadata())
         p = AsyncProcess(self, call)
         self._procs.add(p)
         await p._wait_started(self.endpoint.timeout)
@@ -98,27 +97,15 @@ class AsyncSandbox:
             status = await p.wait()
             if feeder:
                 await asyncio.wait_for(feeder, self.endpoint.timeout)
-        return col.result(status.exit_code, timed_out, p.pid, check)  # type: ignore[no-any-return]
+        return col.result(status.exit_code, timed_out, p.pid, check)
 
     async def execute(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
                       cwd: Optional[str] = None,
                       timeout: Optional[float] = None) -> CommandResult:
-        req = pb.ExecuteRequest(config=c.process_config(command, env, cwd))
-        try:
-            r = await self._stub.Execute(req, metadata=self.endpoint.metadata(),
-                                         timeout=timeout or self.endpoint.timeout)
-        except grpc.RpcError as e:
-            raise errors.from_grpc(e) from None
-        return CommandResult(r.exit_code, r.stdout, r.stderr)
+        return await self._unary(c.execute_call(command, env, cwd, timeout))
 
-    async def _unary(self, name: str, req: Any) -> Any:
-        if self._closed:
-            raise errors.UnavailableError("the AsyncSandbox is closed")
-        try:
-            return await getattr(self._stub, name)(req, metadata=self.endpoint.metadata(),
-                                                   timeout=self.endpoint.timeout)
-        except grpc.RpcError as e:
-            raise errors.from_grpc(e) from None
+    async def _unary(self, u: c.Unary[c.T]) -> c.T:
+        return await rpc.acall(self._session, self._stub, u)
 
     async def health(self) -> Health:
         return await self.files.health()
@@ -145,68 +132,56 @@ class AsyncProcess:
         self._sb = sb
         self._call = call
         self._q: "asyncio.Queue[Any]" = asyncio.Queue(maxsize=c.EVENT_QUEUE)
-        self._status: Optional[ExitStatus] = None
-        self._done = False
-        self._pid = 0
+        self._s = c.StartStream()
         self._started = asyncio.Event()
         self._error: Optional[BaseException] = None
         self._task = asyncio.ensure_future(self._pump())
 
     @property
     def pid(self) -> int:
-        return self._pid
+        return self._s.pid
 
     @property
     def exit_status(self) -> Optional[ExitStatus]:
-        return self._status
+        return self._s.status
 
     async def _wait_started(self, timeout: float) -> None:
         try:
             await asyncio.wait_for(self._started.wait(), timeout)
         except asyncio.TimeoutError:
             await self.close()
-            raise errors.TimeoutError(f"the process did not start within {timeout}s") from None
+            raise c.start_timeout(timeout) from None
         if self._error is not None:
             raise self._error
 
     async def _pump(self) -> None:
-        saw_exit = False
         try:
             async for msg in self._call:
-                kind, val = c.event_of(msg)
-                if kind == "init" and not self._started.is_set():
-                    self._pid = val
+                item = self._s.item(msg)
+                if item is c.StartStream.STARTED:
                     self._started.set()
-                elif kind in ("stdout", "stderr"):
-                    await self._q.put(OutputEvent(kind, val))
-                elif kind == "exit":
-                    saw_exit = True
-                    await self._q.put(ExitStatus(val))
-            if not saw_exit:
-                await self._q.put(errors.InternalError("the stream ended without an exit event"))
+                elif item is not None:
+                    await self._q.put(item)
+            end = self._s.end()
+            if end is not None:
+                await self._q.put(end)
         except grpc.RpcError as e:
             err = errors.from_grpc(e)
             if not self._started.is_set():
                 self._error = err
-            elif not saw_exit and not self._call.cancelled():
+            elif not self._s.saw_exit and not self._call.cancelled():
                 await self._q.put(err)
         finally:
             self._started.set()
 
     async def read(self, timeout: Optional[float] = None) -> Optional[OutputEvent]:
-        if self._done:
+        if self._s.done:
             return None
         try:
             item = await asyncio.wait_for(self._q.get(), timeout)
         except asyncio.TimeoutError:
-            raise errors.TimeoutError(f"no output within {timeout}s") from None
-        if isinstance(item, OutputEvent):
-            return item
-        self._done = True
-        if isinstance(item, ExitStatus):
-            self._status = item
-            return None
-        raise item
+            raise c.output_timeout(timeout) from None
+        return self._s.take(item)
 
     def __aiter__(self) -> AsyncIterator[OutputEvent]:
         return self._iter()
@@ -220,25 +195,25 @@ class AsyncProcess:
 
     async def wait(self, timeout: Optional[float] = None) -> ExitStatus:
         async def drain() -> None:
-            while not self._done:
+            while not self._s.done:
                 await self.read()
 
         try:
             await asyncio.wait_for(drain(), timeout)
         except asyncio.TimeoutError:
-            raise errors.TimeoutError(f"the process did not exit within {timeout}s") from None
-        assert self._status is not None
-        return self._status
+            raise c.exit_timeout(timeout) from None
+        assert self._s.status is not None
+        return self._s.status
 
     async def write(self, data: Union[bytes, str]) -> None:
-        for piece in c.stdin_pieces(data):
-            await self._sb._unary("WriteStdin", c.stdin_request(self._pid, piece))
+        for u in c.write_stdin_calls(self._s.pid, data):
+            await self._sb._unary(u)
 
     async def close_stdin(self) -> None:
-        await self._sb._unary("WriteStdin", c.stdin_request(self._pid, None))
+        await self._sb._unary(c.close_stdin_call(self._s.pid))
 
     async def signal(self, sig: c.SignalLike) -> None:
-        await self._sb._unary("SendSignal", c.signal_request(self._pid, sig))
+        await self._sb._unary(c.signal_call(self._s.pid, sig))
 
     async def kill(self) -> None:
         await self.signal(9)
@@ -250,13 +225,12 @@ class AsyncProcess:
         await self.signal(2)
 
     async def resize(self, rows: int, cols: int) -> None:
-        await self._sb._unary("ResizeTTY",
-                              pb.ResizeTTYRequest(process_id=self._pid, rows=rows, cols=cols))
+        await self._sb._unary(c.resize_call(self._s.pid, rows, cols))
 
     async def close(self) -> None:
-        if not self._done:
+        if not self._s.done:
             self._call.cancel()
-            self._done = True
+            self._s.done = True
         self._task.cancel()
         try:
             await self._task

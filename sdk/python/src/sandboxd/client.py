@@ -15,8 +15,8 @@ import grpc
 import httpx
 
 from . import _common as c
+from . import _rpc as rpc
 from . import errors
-from ._gen.process.v1 import process_pb2 as pb
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
 from .processes import Processes
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
@@ -42,11 +42,11 @@ class Sandbox:
         self.endpoint = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
                                         grpc_target=grpc_target, rest_url=rest_url,
                                         unix_socket=unix_socket, token=token, timeout=timeout)
+        self._session = c.Session(self.endpoint, "Sandbox")
         self._channel = grpc.insecure_channel(self.endpoint.grpc_target, options=c.GRPC_OPTIONS)
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
         self.files = Files(self.endpoint)
-        self.processes = Processes(self, self._channel)
-        self._closed = False
+        self.processes = Processes(self._session, self._channel)
         self._procs: "weakref.WeakSet[Process]" = weakref.WeakSet()
 
     @classmethod
@@ -57,8 +57,8 @@ class Sandbox:
     def close(self) -> None:
         """Closes the channel and the HTTP pool; processes still streaming are cancelled (the
         daemon kills a process whose Start stream goes away)."""
-        if not self._closed:
-            self._closed = True
+        if not self._session.closed:
+            self._session.closed = True
             for p in list(self._procs):
                 p.close()
             self.files.close()
@@ -72,17 +72,13 @@ class Sandbox:
 
     # -- processes -----------------------------------------------------------------------------
 
-    def _md(self) -> Any:
-        return self.endpoint.metadata()
-
     def start(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
               cwd: Optional[str] = None, pty: Optional[c.PtySize] = None) -> "Process":
         """Starts a process (a string runs via /bin/sh -c); returns once the daemon has
         started it. pty=(rows, cols) gives it a terminal (stderr merges into stdout)."""
-        if self._closed:
-            raise errors.UnavailableError("the Sandbox is closed")
+        self._session.check_open()
         req = c.start_request(command, env, cwd, pty)
-        call = self._stub.Start(req, metadata=self._md())
+        call = self._stub.Start(req, metadata=self._session.metadata())
         p = Process(self, call, self.endpoint.timeout)
         self._procs.add(p)
         return p
@@ -119,28 +115,16 @@ class Sandbox:
             status = p.wait()
             if feeder:
                 feeder.finish(self.endpoint.timeout)
-        return col.result(status.exit_code, timed_out, p.pid, check)  # type: ignore[no-any-return]
+        return col.result(status.exit_code, timed_out, p.pid, check)
 
     def execute(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
                 cwd: Optional[str] = None, timeout: Optional[float] = None) -> CommandResult:
         """One Execute call: the daemon captures the output (its --max-output-bytes applies)
         and the whole result comes back in one message. stdin is empty."""
-        req = pb.ExecuteRequest(config=c.process_config(command, env, cwd))
-        try:
-            r = self._stub.Execute(req, metadata=self._md(),
-                                   timeout=timeout or self.endpoint.timeout)
-        except grpc.RpcError as e:
-            raise errors.from_grpc(e) from None
-        return CommandResult(r.exit_code, r.stdout, r.stderr)
+        return self._unary(c.execute_call(command, env, cwd, timeout))
 
-    def _unary(self, name: str, req: Any) -> Any:
-        if self._closed:
-            raise errors.UnavailableError("the Sandbox is closed")
-        try:
-            return getattr(self._stub, name)(req, metadata=self._md(),
-                                             timeout=self.endpoint.timeout)
-        except grpc.RpcError as e:
-            raise errors.from_grpc(e) from None
+    def _unary(self, u: c.Unary[c.T]) -> c.T:
+        return rpc.call(self._session, self._stub, u)
 
     # -- health --------------------------------------------------------------------------------
 
@@ -163,29 +147,27 @@ class Process:
         self._sb = sb
         self._call = call
         self._q: "queue.Queue[Any]" = queue.Queue(maxsize=c.EVENT_QUEUE)
-        self._status: Optional[ExitStatus] = None
-        self._done = False
+        self._s = c.StartStream()
         self._started = threading.Event()
-        self._pid = 0
         self._error: Optional[BaseException] = None
         self._closing = False
         self._t = threading.Thread(target=self._pump, name="sandboxd-process", daemon=True)
         self._t.start()
         if not self._started.wait(timeout):
             call.cancel()
-            raise errors.TimeoutError(f"the process did not start within {timeout}s")
+            raise c.start_timeout(timeout)
         if self._error is not None:
             raise self._error
 
     @property
     def pid(self) -> int:
         """The daemon's process id (virtual, not an OS pid)."""
-        return self._pid
+        return self._s.pid
 
     @property
     def exit_status(self) -> Optional[ExitStatus]:
         """The exit status once the stream has delivered it, else None."""
-        return self._status
+        return self._s.status
 
     def _put(self, item: Any) -> None:
         # Bounded: blocks while the reader is behind, gives up once the handle is closed.
@@ -197,25 +179,21 @@ class Process:
                 continue
 
     def _pump(self) -> None:
-        saw_exit = False
         try:
             for msg in self._call:
-                kind, val = c.event_of(msg)
-                if kind == "init" and not self._started.is_set():
-                    self._pid = val
+                item = self._s.item(msg)
+                if item is c.StartStream.STARTED:
                     self._started.set()
-                elif kind in ("stdout", "stderr"):
-                    self._put(OutputEvent(kind, val))
-                elif kind == "exit":
-                    saw_exit = True
-                    self._put(ExitStatus(val))
-            if not saw_exit:
-                self._put(errors.InternalError("the stream ended without an exit event"))
+                elif item is not None:
+                    self._put(item)
+            end = self._s.end()
+            if end is not None:
+                self._put(end)
         except grpc.RpcError as e:
             err = errors.from_grpc(e)
             if not self._started.is_set():
                 self._error = err
-            elif not self._closing and not saw_exit:
+            elif not self._closing and not self._s.saw_exit:
                 self._put(err)
         finally:
             self._started.set()
@@ -223,19 +201,13 @@ class Process:
     def read(self, timeout: Optional[float] = None) -> Optional[OutputEvent]:
         """The next output chunk, or None once the process has exited (its status is then in
         exit_status). Raises TimeoutError when nothing came within timeout seconds."""
-        if self._done:
+        if self._s.done:
             return None
         try:
             item = self._q.get(timeout=timeout)
         except queue.Empty:
-            raise errors.TimeoutError(f"no output within {timeout}s") from None
-        if isinstance(item, OutputEvent):
-            return item
-        self._done = True
-        if isinstance(item, ExitStatus):
-            self._status = item
-            return None
-        raise item
+            raise c.output_timeout(timeout) from None
+        return self._s.take(item)
 
     def __iter__(self) -> Iterator[OutputEvent]:
         while True:
@@ -248,27 +220,27 @@ class Process:
         """Waits for the exit, discarding output not read yet. Raises TimeoutError after
         timeout seconds (the process keeps running)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._done:
+        while not self._s.done:
             left = None if deadline is None else max(deadline - time.monotonic(), 0)
             try:
                 self.read(timeout=left)
             except errors.TimeoutError:
-                raise errors.TimeoutError(f"the process did not exit within {timeout}s") from None
-        assert self._status is not None
-        return self._status
+                raise c.exit_timeout(timeout) from None
+        assert self._s.status is not None
+        return self._s.status
 
     def write(self, data: Union[bytes, str]) -> None:
         """Writes to its stdin (str as UTF-8), in pieces the daemon accepts."""
-        for piece in c.stdin_pieces(data):
-            self._sb._unary("WriteStdin", c.stdin_request(self._pid, piece))
+        for u in c.write_stdin_calls(self._s.pid, data):
+            self._sb._unary(u)
 
     def close_stdin(self) -> None:
         """End of file on its stdin (on a PTY: the terminal's EOF character)."""
-        self._sb._unary("WriteStdin", c.stdin_request(self._pid, None))
+        self._sb._unary(c.close_stdin_call(self._s.pid))
 
     def signal(self, sig: c.SignalLike) -> None:
         """Sends a signal (number, name or signal.Signals) to its process group."""
-        self._sb._unary("SendSignal", c.signal_request(self._pid, sig))
+        self._sb._unary(c.signal_call(self._s.pid, sig))
 
     def kill(self) -> None:
         self.signal(9)
@@ -281,15 +253,14 @@ class Process:
 
     def resize(self, rows: int, cols: int) -> None:
         """Resizes its terminal (FailedPreconditionError without a PTY)."""
-        self._sb._unary("ResizeTTY",
-                        pb.ResizeTTYRequest(process_id=self._pid, rows=rows, cols=cols))
+        self._sb._unary(c.resize_call(self._s.pid, rows, cols))
 
     def close(self) -> None:
         """Stops streaming; a process still running is killed by the daemon."""
         self._closing = True
-        if not self._done:
+        if not self._s.done:
             self._call.cancel()
-            self._done = True
+            self._s.done = True
         self._t.join(timeout=5)
 
     def __enter__(self) -> "Process":

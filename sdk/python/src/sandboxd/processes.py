@@ -4,39 +4,28 @@ the calls that start them, listed, reattached from any output offset, waited for
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Union
+from typing import Any, Iterator, List, Mapping, Optional, Union
 
 import grpc
 
 from . import _common as c
 from . import _ext as x
-from . import errors
-from ._gen.sandboxd.v1 import processes_pb2 as xpb
+from . import _rpc as rpc
+from ._ext import AttachEvent as AttachEvent  # re-exported: a name of this module
 from ._gen.sandboxd.v1 import processes_pb2_grpc as xpb_grpc
-from .types import CommandResult, ExitDetail, OutputChunk, ProcessInfo, Truncated
-
-if TYPE_CHECKING:
-    from .client import Sandbox
-
-AttachEvent = Union[OutputChunk, Truncated]
+from .types import CommandResult, ExitDetail, OutputChunk, ProcessInfo
 
 
 class Processes:
     """Sandbox.processes. Needs a sandboxd that serves sandboxd.v1.Processes (the reference
     daemon does not: UnimplementedError)."""
 
-    def __init__(self, sb: "Sandbox", channel: grpc.Channel) -> None:
-        self._sb = sb
+    def __init__(self, session: c.Session, channel: grpc.Channel) -> None:
+        self._session = session
         self._stub = xpb_grpc.ProcessesStub(channel)
 
-    def _call(self, name: str, req: Any, timeout: Optional[float] = None) -> Any:
-        if self._sb._closed:
-            raise errors.UnavailableError("the Sandbox is closed")
-        try:
-            return getattr(self._stub, name)(req, metadata=self._sb.endpoint.metadata(),
-                                             timeout=timeout or self._sb.endpoint.timeout)
-        except grpc.RpcError as e:
-            raise errors.from_grpc(e) from None
+    def _call(self, u: c.Unary[c.T]) -> c.T:
+        return rpc.call(self._session, self._stub, u)
 
     def spawn(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
               cwd: Optional[str] = None, tag: str = "", stdin: bool = False,
@@ -50,10 +39,10 @@ class Processes:
         after grace; user is a uid or (uid, gid[, groups]); rlimits maps setrlimit names to
         soft or (soft, hard); memory_limit/pids_limit bound its whole tree (a cgroup);
         seccomp is "default" or "off" (None: the daemon's --seccomp)."""
-        s = x.spec(command, env=env, cwd=cwd, tag=tag, stdin=stdin, pty=pty, timeout=timeout,
-                   grace=grace, user=user, rlimits=rlimits, memory_limit=memory_limit,
-                   pids_limit=pids_limit, seccomp=seccomp)
-        info = x.process_info(self._call("Spawn", xpb.SpawnRequest(spec=s)))
+        info = self._call(x.spawn_call(
+            command, env=env, cwd=cwd, tag=tag, stdin=stdin, pty=pty, timeout=timeout,
+            grace=grace, user=user, rlimits=rlimits, memory_limit=memory_limit,
+            pids_limit=pids_limit, seccomp=seccomp))
         return SpawnedProcess(self, info.id, info)
 
     def run(self, command: c.Command, *, env: Optional[Mapping[str, str]] = None,
@@ -64,23 +53,18 @@ class Processes:
             check: bool = False, seccomp: Optional[str] = None) -> CommandResult:
         """Runs to completion in one call; the daemon keeps the last max_output bytes per
         stream (0: its --max-output-bytes) and says how the process ended (result.exit)."""
-        s = x.spec(command, env=env, cwd=cwd, timeout=timeout, grace=grace, user=user,
-                   rlimits=rlimits, memory_limit=memory_limit, pids_limit=pids_limit,
-                   seccomp=seccomp)
-        req = xpb.RunRequest(spec=s, stdin=bytes(stdin), output_limit_bytes=max_output)
-        deadline = (timeout + (grace or 5.0) + self._sb.endpoint.timeout) if timeout else None
-        r = self._call("Run", req, timeout=deadline or 24 * 3600.0)
-        res = CommandResult(**x.run_result(r))
-        if check and not res.ok:
-            raise errors.ProcessExitError(res, res.exit_code)
-        return res
+        return self._call(x.run_call(
+            command, env=env, cwd=cwd, stdin=stdin, timeout=timeout, grace=grace, user=user,
+            rlimits=rlimits, memory_limit=memory_limit, pids_limit=pids_limit,
+            max_output=max_output, check=check, seccomp=seccomp,
+            rpc_timeout=self._session.endpoint.timeout))
 
     def list(self, tag: str = "") -> List[ProcessInfo]:
         """Spawned processes: running ones, and exited ones still kept (with tag: only those)."""
-        return [x.process_info(m) for m in self._call("List", xpb.ListRequest(tag=tag)).processes]
+        return self._call(x.list_call(tag))
 
     def get(self, process_id: int) -> ProcessInfo:
-        return x.process_info(self._call("Get", xpb.GetRequest(id=process_id)))
+        return self._call(x.get_call(process_id))
 
     def handle(self, process_id: int) -> "SpawnedProcess":
         """The handle of a process spawned earlier (by anyone): checks it exists."""
@@ -105,15 +89,13 @@ class SpawnedProcess:
         """Output from these absolute offsets: what the rings hold, then (follow) new output
         until the exit. Dropped output shows as Truncated events, never silently."""
         req = x.attach_request(self.id, stdout_offset, stderr_offset, follow, stdout, stderr)
-        if self._p._sb._closed:
-            raise errors.UnavailableError("the Sandbox is closed")
-        call = self._p._stub.Attach(req, metadata=self._p._sb.endpoint.metadata())
+        self._p._session.check_open()
+        call = self._p._stub.Attach(req, metadata=self._p._session.metadata())
         return Attachment(call)
 
     def wait(self, timeout: Optional[float] = None) -> ExitDetail:
         """Waits for the exit (TimeoutError after timeout seconds; the process keeps running)."""
-        info = x.process_info(self._p._call("Wait", xpb.WaitRequest(id=self.id),
-                                            timeout=timeout or 24 * 3600.0))
+        info = self._p._call(x.wait_call(self.id, timeout))
         self.info = info
         assert info.exit is not None
         return info.exit
@@ -121,29 +103,25 @@ class SpawnedProcess:
     def signal(self, sig: c.SignalLike, scope: str = "group") -> int:
         """Any signal (number or name) to its process group, the process alone ("process") or
         its whole tree ("tree"); returns how many processes got it."""
-        return int(self._p._call("Signal", x.signal_request(self.id, sig, scope)).count)
+        return self._p._call(x.signal_call(self.id, sig, scope))
 
     def kill(self, scope: str = "tree") -> int:
         return self.signal(9, scope)
 
     def write(self, data: Union[bytes, str], eof: bool = False) -> None:
         """Writes to its stdin (spawned with stdin=True, or a PTY); eof closes it after."""
-        pieces = list(c.stdin_pieces(data)) or [b""]
-        for i, piece in enumerate(pieces):
-            last = i == len(pieces) - 1
-            self._p._call("WriteStdin", xpb.WriteStdinRequest(id=self.id, data=piece,
-                                                               eof=eof and last))
+        for u in x.write_calls(self.id, data, eof):
+            self._p._call(u)
 
     def close_stdin(self) -> None:
         self.write(b"", eof=True)
 
     def resize(self, rows: int, cols: int) -> None:
-        self._p._call("Resize", xpb.ResizeRequest(id=self.id, size=xpb.TerminalSize(
-            rows=rows, cols=cols)))
+        self._p._call(x.resize_call(self.id, rows, cols))
 
     def remove(self) -> None:
         """Forgets the (exited) process and its output now."""
-        self._p._call("Remove", xpb.RemoveRequest(id=self.id))
+        self._p._call(x.remove_call(self.id))
 
 
 class Attachment:
@@ -166,9 +144,9 @@ class Attachment:
                 if ev is not None:
                     yield ev
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.CANCELLED and self._closed:
-                return
-            raise errors.from_grpc(e) from None
+            err = x.attach_failure(e, self._closed)
+            if err is not None:
+                raise err from None
 
     def output(self) -> bytes:
         """Everything until the end, stdout and stderr in arrival order (for small outputs)."""
