@@ -1,17 +1,18 @@
 """What the sync and asyncio clients share: connection settings, the calls of process.v1 (the
-requests, and the decoding of the answers and of the Start stream), paths, signals and the local
-side of directory transfers (tar). The calls of sandboxd.v1.Processes are _ext's; _rpc makes the
-unary gRPC calls."""
+requests, and the decoding of the answers and of the Start stream), signals, and the local side
+of transfers (sources, targets, progress, tar). The REST requests are _rest's, those of
+sandboxd.v1.Processes _ext's; _rpc makes the unary gRPC calls."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import queue
 import signal as _signal
 import tarfile
 import tempfile
 import threading
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import (IO, Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional,
@@ -35,6 +36,9 @@ class Writable(Protocol):
 
     def write(self, data: bytes, /) -> Any: ...
 
+
+Source = Union[bytes, bytearray, memoryview, PathLike, IO[bytes]]  # what an upload sends
+Dest = Union[PathLike, Writable]  # where a download goes
 
 CHUNK = 1 << 20  # bytes per read/write of a transfer
 DEFAULT_MAX_OUTPUT = 16 << 20
@@ -286,41 +290,9 @@ def exit_timeout(timeout: Optional[float]) -> errors.TimeoutError:
     return errors.TimeoutError(f"the process did not exit within {timeout}s")
 
 
-def file_url(route: str, path: str) -> str:
-    """/v1/<route>/<percent-encoded path relative to the root>."""
-    # "." and ".." segments are percent-encoded: HTTP clients would otherwise resolve them
-    # away, and the daemon must see them (a path that climbs out is refused there, 403).
-    segs = str(path).lstrip("/").split("/")
-    enc = [s.replace(".", "%2E") if s in (".", "..") else urllib.parse.quote(s, safe="")
-           for s in segs]
-    return f"/v1/{route}/" + "/".join(enc)
-
-
-def mode_param(mode: Optional[int]) -> Dict[str, str]:
-    if mode is None:
-        return {}
-    if not 0 <= int(mode) <= 0o777:
-        raise ValueError(f"mode {mode:o} out of range")
-    return {"mode": "0%03o" % int(mode)}
-
-
-def upload_size(headers: Mapping[str, str], sent: int) -> Tuple[int, Optional[str]]:
-    size = headers.get("x-sandboxd-size")
-    return (int(size) if size and size.isdigit() else sent), headers.get("x-sandboxd-sha256")
-
-
-def range_headers(offset: int, length: Optional[int]) -> Dict[str, str]:
-    """The Range header of a partial download (none for the whole file)."""
-    if not offset and length is None:
-        return {}
-    if offset < 0 or (length is not None and length <= 0):
-        raise ValueError("offset must be >= 0 and length > 0")
-    end = "" if length is None else str(offset + length - 1)
-    return {"Range": f"bytes={offset}-{end}"}
-
-
 class AtomicTarget:
-    """A temp file beside a download's target, renamed over it on success, removed on failure."""
+    """A temp file beside a download's target, renamed over it on success, removed on failure.
+    As a context manager it gives the temp file, and commits or discards as the block ends."""
 
     def __init__(self, target: PathLike) -> None:
         self.target = Path(target)
@@ -338,6 +310,52 @@ class AtomicTarget:
             os.unlink(self.tmp)
         except FileNotFoundError:
             pass
+
+    def __enter__(self) -> IO[bytes]:
+        return self.file
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self.discard()
+            return
+        try:
+            self.commit()
+        except BaseException:
+            self.discard()
+            raise
+
+
+@contextlib.contextmanager
+def source_file(src: Source) -> Iterator[IO[bytes]]:
+    """An upload's source as a readable binary file: bytes in memory, a local path opened (and
+    closed after), a file object as it is."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        yield io.BytesIO(bytes(src))
+    elif isinstance(src, (str, os.PathLike)):
+        with open(src, "rb") as f:
+            yield f
+    else:
+        yield src
+
+
+class Meter:
+    """The bytes a transfer has moved, told to progress(done, total) as they grow."""
+
+    def __init__(self, progress: Optional[Progress], total: Optional[int] = None) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def begin(self) -> None:
+        """progress(0, total) before the first byte (the transfers of a file say it)."""
+        if self.progress:
+            self.progress(0, self.total)
+
+    def add(self, chunk: bytes) -> bytes:
+        self.done += len(chunk)
+        if self.progress:
+            self.progress(self.done, self.total)
+        return chunk
 
 
 class OutputCollector:
@@ -562,18 +580,14 @@ def _check_member(root: str, m: "tarfile.TarInfo") -> None:
             raise errors.PermissionDeniedError(f"tar hard link {name!r} points outside")
 
 
-def file_chunks(f: IO[bytes], progress: Optional[Progress], total: Optional[int]) -> Iterator[bytes]:
-    done = 0
-    if progress:
-        progress(0, total)
+def file_chunks(f: IO[bytes], meter: Meter) -> Iterator[bytes]:
+    """A file's bytes, CHUNK at a time, counted by meter."""
+    meter.begin()
     while True:
         b = f.read(CHUNK)
         if not b:
             break
-        done += len(b)
-        if progress:
-            progress(done, total)
-        yield b
+        yield meter.add(b)
 
 
 def source_size(f: IO[bytes]) -> Optional[int]:

@@ -4,27 +4,24 @@ arguments and results of Sandbox, Files and Process, with `async` methods."""
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import os
 import weakref
 from pathlib import Path
-from typing import IO, Any, AsyncIterator, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, List, Mapping, Optional, Union
 
 import grpc
 import grpc.aio
 import httpx
 
 from . import _common as c
+from . import _rest as rest
 from . import _rpc as rpc
 from . import errors
+from ._common import Dest, Source
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
 from .aio_processes import AsyncProcesses
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
-
-Source = Union[bytes, bytearray, memoryview, c.PathLike, IO[bytes]]
-Dest = Union[c.PathLike, c.Writable]
 
 
 class AsyncSandbox:
@@ -249,9 +246,7 @@ class AsyncFiles:
 
     def __init__(self, ep: c.Endpoint) -> None:
         self._ep = ep
-        self._http = httpx.AsyncClient(
-            base_url=ep.rest_url, headers=ep.headers(), trust_env=False,
-            timeout=httpx.Timeout(ep.timeout), follow_redirects=False)
+        self._http = httpx.AsyncClient(**rest.client_options(ep))
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -264,59 +259,51 @@ class AsyncFiles:
                 body = b""
                 async for chunk in r.aiter_bytes():
                     body += chunk
-                    if len(body) >= 65536:
+                    if len(body) >= rest.ERROR_BODY:
                         break
-            raise errors.from_http(r.status_code, body[:65536])
+            raise errors.from_http(r.status_code, body[:rest.ERROR_BODY])
         return r
 
-    async def _req(self, method: str, url: str, **kw: Any) -> httpx.Response:
+    async def _send(self, req: rest.Request[c.T], **body: Any) -> c.T:
         try:
-            return await self._check(await self._http.request(method, url, **kw))
-        except httpx.TimeoutException as e:
-            raise errors.TimeoutError(f"{method} {url}: {e}") from None
+            r = await self._check(await self._http.request(req.method, req.url, **req.options(),
+                                                           **body))
         except httpx.TransportError as e:
-            raise errors.UnavailableError(f"{method} {url}: {e}") from None
+            raise rest.transport_error(f"{req.method} {req.url}", e) from None
+        return req.decode(r)
 
     async def stat(self, path: str) -> FileStat:
-        return FileStat.from_json((await self._req("GET", c.file_url("stat", path))).json())
+        return await self._send(rest.stat(path))
 
     async def exists(self, path: str) -> bool:
         try:
-            await self._req("HEAD", c.file_url("files", path))
-            return True
+            return await self._send(rest.exists(path))
         except errors.NotFoundError:
             return False
 
     async def list(self, path: str = "") -> List[FileEntry]:
         try:
-            async with self._http.stream("GET", c.file_url("files", path)) as r:
+            async with self._http.stream("GET", rest.file_url("files", path)) as r:
                 await self._check(r)
-                if not r.headers.get("content-type", "").startswith("application/json"):
-                    raise errors.InvalidArgumentError(f"{path!r} is not a directory")
-                doc = json.loads(await r.aread())
-        except httpx.TimeoutException as e:
-            raise errors.TimeoutError(f"GET {path}: {e}") from None
+                rest.expect_directory(path, r.headers)
+                body = await r.aread()
         except httpx.TransportError as e:
-            raise errors.UnavailableError(f"GET {path}: {e}") from None
-        return [FileEntry.from_json(e) for e in doc.get("entries", [])]
+            raise rest.transport_error(f"GET {path}", e) from None
+        return rest.entries(body)
 
     async def mkdir(self, path: str, *, parents: bool = False,
                     mode: Optional[int] = None) -> None:
-        params = {"parents": "true" if parents else "false", **c.mode_param(mode)}
-        await self._req("PUT", c.file_url("dirs", path), params=params)
+        await self._send(rest.mkdir(path, parents, mode))
 
     async def move(self, src: str, dst: str, *, overwrite: bool = False) -> None:
-        await self._req("POST", "/v1/move", json={"from": src, "to": dst, "overwrite": overwrite})
+        await self._send(rest.move(src, dst, overwrite))
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
-        await self._req("DELETE", c.file_url("files", path),
-                        params={"recursive": "true" if recursive else "false"})
+        await self._send(rest.remove(path, recursive))
 
     async def read_bytes(self, path: str, *, max_bytes: int = 64 << 20) -> bytes:
-        from .client import _CappedBuffer
-
-        out = _CappedBuffer(max_bytes)
-        await self.download(path, out)  # type: ignore[arg-type]
+        out = rest.CappedBuffer(max_bytes)
+        await self.download(path, out)
         return bytes(out.buf)
 
     async def write_bytes(self, path: str, data: bytes, *,
@@ -325,107 +312,70 @@ class AsyncFiles:
 
     async def upload(self, src: Source, path: str, *, mode: Optional[int] = None,
                      progress: Optional[c.Progress] = None) -> UploadResult:
-        if isinstance(src, (bytes, bytearray, memoryview)):
-            return await self.upload(io.BytesIO(bytes(src)), path, mode=mode, progress=progress)
-        if isinstance(src, (str, os.PathLike)):
-            with open(src, "rb") as fh:
-                return await self.upload(fh, path, mode=mode, progress=progress)
-        total = c.source_size(src)
-        headers = {"Content-Type": "application/octet-stream"}
-        if total is not None:
-            headers["Content-Length"] = str(total)
-        f: IO[bytes] = src
+        with c.source_file(src) as f:
+            total = c.source_size(f)
+            meter = c.Meter(progress, total)
 
-        async def body() -> AsyncIterator[bytes]:
-            done = 0
-            if progress:
-                progress(0, total)
-            while True:
-                b = await asyncio.to_thread(f.read, c.CHUNK)
-                if not b:
-                    return
-                done += len(b)
-                if progress:
-                    progress(done, total)
-                yield b
+            async def body() -> AsyncIterator[bytes]:
+                meter.begin()
+                while True:
+                    b = await asyncio.to_thread(f.read, c.CHUNK)
+                    if not b:
+                        return
+                    yield meter.add(b)
 
-        r = await self._req("PUT", c.file_url("files", path), params=c.mode_param(mode),
-                            content=body(), headers=headers)
-        return UploadResult(*c.upload_size(r.headers, total or 0))
+            return await self._send(rest.upload(path, mode, total), content=body())
 
     async def download(self, path: str, dst: Dest, *, offset: int = 0,
                        length: Optional[int] = None,
                        progress: Optional[c.Progress] = None) -> int:
         if isinstance(dst, (str, os.PathLike)):
-            t = c.AtomicTarget(dst)
-            try:
-                n = await self.download(path, t.file, offset=offset, length=length,
-                                  progress=progress)
-                t.commit()
-                return n
-            except BaseException:
-                t.discard()
-                raise
-        headers = c.range_headers(offset, length)
+            with c.AtomicTarget(dst) as f:
+                return await self.download(path, f, offset=offset, length=length,
+                                           progress=progress)
+        headers = rest.range_headers(offset, length)
         try:
-            async with self._http.stream("GET", c.file_url("files", path), headers=headers) as r:
+            async with self._http.stream("GET", rest.file_url("files", path),
+                                         headers=headers) as r:
                 await self._check(r)
-                if r.headers.get("content-type", "").startswith("application/json"):
-                    raise errors.InvalidArgumentError(f"{path!r} is a directory")
-                total = int(r.headers["content-length"]) if "content-length" in r.headers else None
-                done = 0
-                if progress:
-                    progress(0, total)
+                meter = c.Meter(progress, rest.download_size(path, r.headers))
+                meter.begin()
                 async for chunk in r.aiter_raw(c.CHUNK):
                     await asyncio.to_thread(dst.write, chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
-                if total is not None and done != total:
-                    raise errors.UnavailableError(f"download of {path!r} cut off at {done} bytes")
-                return done
-        except httpx.TimeoutException as e:
-            raise errors.TimeoutError(f"GET {path}: {e}") from None
+                    meter.add(chunk)
+                return rest.downloaded(path, meter)
         except httpx.TransportError as e:
-            raise errors.UnavailableError(f"GET {path}: {e}") from None
+            raise rest.transport_error(f"GET {path}", e) from None
 
     async def upload_dir(self, local_dir: c.PathLike, path: str, *,
                          progress: Optional[c.Progress] = None) -> int:
         prod = c.TarProducer(Path(local_dir))
         timeout = self._ep.timeout
+        meter = c.Meter(progress)
 
         async def body() -> AsyncIterator[bytes]:
-            done = 0
             while True:
                 chunk = await asyncio.to_thread(prod.next_chunk, timeout)
                 if chunk is None:
                     return
-                done += len(chunk)
-                if progress:
-                    progress(done, None)
-                yield chunk
+                yield meter.add(chunk)
 
         try:
-            r = await self._req("PUT", c.file_url("files", path), params={"archive": "tar"},
-                                content=body(), headers={"Content-Type": "application/x-tar"})
+            return await self._send(rest.upload_dir(path), content=body())
         finally:
             await asyncio.to_thread(prod.stop)
-        return int(r.json().get("entries", 0))
 
     async def download_dir(self, path: str, local_dir: c.PathLike, *,
                            progress: Optional[c.Progress] = None) -> int:
         ex = c.Extractor(Path(local_dir))
         reader = ex.reader
+        meter = c.Meter(progress)
         try:
-            async with self._http.stream("GET", c.file_url("files", path),
-                                         params={"archive": "tar"}) as r:
+            async with self._http.stream("GET", rest.file_url("files", path),
+                                         params=rest.tar_query()) as r:
                 await self._check(r)
-                done = 0
                 async for chunk in r.aiter_raw(c.CHUNK):
-                    done += len(chunk)
-                    if progress:
-                        progress(done, None)
-                    await asyncio.to_thread(reader.feed, chunk, self._ep.timeout)
+                    await asyncio.to_thread(reader.feed, meter.add(chunk), self._ep.timeout)
                     if reader.closed.is_set():
                         break
             await asyncio.to_thread(reader.feed, None, self._ep.timeout)
@@ -439,11 +389,10 @@ class AsyncFiles:
         return ex.result()
 
     async def health(self) -> Health:
-        d = (await self._req("GET", "/v1/health")).json()
-        return Health(str(d.get("status")), int(d.get("uptime_seconds", 0)), d)
+        return await self._send(rest.health())
 
     async def metadata(self) -> Mapping[str, str]:
-        return dict((await self._req("GET", "/v1/metadata")).json().get("env", {}))
+        return await self._send(rest.metadata())
 
     async def wait_ready(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -451,11 +400,11 @@ class AsyncFiles:
         last: Optional[BaseException] = None
         while loop.time() < deadline:
             try:
-                r = await self._http.get("/readyz", timeout=min(self._ep.timeout, 5.0))
-                if r.status_code == 200:
+                last = rest.readiness(await self._http.get(rest.READY_PATH,
+                                                           timeout=rest.ready_timeout(self._ep)))
+                if last is None:
                     return
-                last = errors.from_http(r.status_code, r.content)
             except httpx.TransportError as e:
                 last = e
-            await asyncio.sleep(0.05)
-        raise errors.TimeoutError(f"sandboxd not ready within {timeout}s: {last}")
+            await asyncio.sleep(rest.READY_POLL)
+        raise rest.not_ready(timeout, last)

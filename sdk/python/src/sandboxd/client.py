@@ -9,21 +9,20 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import IO, Any, Iterator, List, Mapping, Optional, Union
+from typing import Any, Iterator, List, Mapping, Optional, Union
 
 import grpc
 import httpx
 
 from . import _common as c
+from . import _rest as rest
 from . import _rpc as rpc
 from . import errors
+from ._common import Dest, Source
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
 from .processes import Processes
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
-
-Source = Union[bytes, bytearray, memoryview, c.PathLike, IO[bytes]]
-Dest = Union[c.PathLike, c.Writable]
 
 
 class Sandbox:
@@ -302,9 +301,7 @@ class Files:
 
     def __init__(self, ep: c.Endpoint) -> None:
         self._ep = ep
-        self._http = httpx.Client(
-            base_url=ep.rest_url, headers=ep.headers(), trust_env=False,
-            timeout=httpx.Timeout(ep.timeout), follow_redirects=False)
+        self._http = httpx.Client(**rest.client_options(ep))
 
     def close(self) -> None:
         self._http.close()
@@ -317,62 +314,53 @@ class Files:
                 body = b""
                 for chunk in r.iter_bytes():
                     body += chunk
-                    if len(body) >= 65536:
+                    if len(body) >= rest.ERROR_BODY:
                         break
-            raise errors.from_http(r.status_code, body[:65536])
+            raise errors.from_http(r.status_code, body[:rest.ERROR_BODY])
         return r
 
-    def _req(self, method: str, url: str, **kw: Any) -> httpx.Response:
+    def _send(self, req: rest.Request[c.T], **body: Any) -> c.T:
         try:
-            return self._check(self._http.request(method, url, **kw))
-        except httpx.TimeoutException as e:
-            raise errors.TimeoutError(f"{method} {url}: {e}") from None
+            r = self._check(self._http.request(req.method, req.url, **req.options(), **body))
         except httpx.TransportError as e:
-            raise errors.UnavailableError(f"{method} {url}: {e}") from None
+            raise rest.transport_error(f"{req.method} {req.url}", e) from None
+        return req.decode(r)
 
     # -- small calls ---------------------------------------------------------------------------
 
     def stat(self, path: str) -> FileStat:
         """lstat of a path: NotFoundError when it does not exist."""
-        return FileStat.from_json(self._req("GET", c.file_url("stat", path)).json())
+        return self._send(rest.stat(path))
 
     def exists(self, path: str) -> bool:
         try:
-            self._req("HEAD", c.file_url("files", path))
-            return True
+            return self._send(rest.exists(path))
         except errors.NotFoundError:
             return False
 
     def list(self, path: str = "") -> List[FileEntry]:
         """The entries of a directory, sorted by name."""
-        import json
-
         try:
-            with self._http.stream("GET", c.file_url("files", path)) as r:
+            with self._http.stream("GET", rest.file_url("files", path)) as r:
                 self._check(r)
-                if not r.headers.get("content-type", "").startswith("application/json"):
-                    raise errors.InvalidArgumentError(f"{path!r} is not a directory")
-                doc = json.loads(r.read())
-        except httpx.TimeoutException as e:
-            raise errors.TimeoutError(f"GET {path}: {e}") from None
+                rest.expect_directory(path, r.headers)
+                body = r.read()
         except httpx.TransportError as e:
-            raise errors.UnavailableError(f"GET {path}: {e}") from None
-        return [FileEntry.from_json(e) for e in doc.get("entries", [])]
+            raise rest.transport_error(f"GET {path}", e) from None
+        return rest.entries(body)
 
     def mkdir(self, path: str, *, parents: bool = False, mode: Optional[int] = None) -> None:
-        params = {"parents": "true" if parents else "false", **c.mode_param(mode)}
-        self._req("PUT", c.file_url("dirs", path), params=params)
+        self._send(rest.mkdir(path, parents, mode))
 
     def move(self, src: str, dst: str, *, overwrite: bool = False) -> None:
-        self._req("POST", "/v1/move", json={"from": src, "to": dst, "overwrite": overwrite})
+        self._send(rest.move(src, dst, overwrite))
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
-        self._req("DELETE", c.file_url("files", path),
-                  params={"recursive": "true" if recursive else "false"})
+        self._send(rest.remove(path, recursive))
 
     def read_bytes(self, path: str, *, max_bytes: int = 64 << 20) -> bytes:
         """A whole (small) file in memory; InvalidArgumentError beyond max_bytes."""
-        out = _CappedBuffer(max_bytes)
+        out = rest.CappedBuffer(max_bytes)
         self.download(path, out)
         return bytes(out.buf)
 
@@ -386,19 +374,10 @@ class Files:
         """Writes a file from bytes, a local path or a readable binary file object, streamed
         in CHUNK pieces; the daemon writes atomically. progress(done, total) is called as bytes
         go out (total None when unknown). Returns the size and SHA-256 the daemon wrote."""
-        if isinstance(src, (bytes, bytearray, memoryview)):
-            import io
-            return self.upload(io.BytesIO(bytes(src)), path, mode=mode, progress=progress)
-        if isinstance(src, (str, os.PathLike)):
-            with open(src, "rb") as f:
-                return self.upload(f, path, mode=mode, progress=progress)
-        total = c.source_size(src)
-        headers = {"Content-Type": "application/octet-stream"}
-        if total is not None:
-            headers["Content-Length"] = str(total)
-        r = self._req("PUT", c.file_url("files", path), params=c.mode_param(mode),
-                      content=c.file_chunks(src, progress, total), headers=headers)
-        return UploadResult(*c.upload_size(r.headers, total or 0))
+        with c.source_file(src) as f:
+            total = c.source_size(f)
+            return self._send(rest.upload(path, mode, total),
+                              content=c.file_chunks(f, c.Meter(progress, total)))
 
     def download(self, path: str, dst: Dest, *, offset: int = 0, length: Optional[int] = None,
                  progress: Optional[c.Progress] = None) -> int:
@@ -406,37 +385,20 @@ class Files:
         writable binary file object, streamed. offset/length read a byte range. Returns the
         number of bytes written."""
         if isinstance(dst, (str, os.PathLike)):
-            t = c.AtomicTarget(dst)
-            try:
-                n = self.download(path, t.file, offset=offset, length=length,
-                                  progress=progress)
-                t.commit()
-                return n
-            except BaseException:
-                t.discard()
-                raise
-        headers = c.range_headers(offset, length)
+            with c.AtomicTarget(dst) as f:
+                return self.download(path, f, offset=offset, length=length, progress=progress)
+        headers = rest.range_headers(offset, length)
         try:
-            with self._http.stream("GET", c.file_url("files", path), headers=headers) as r:
+            with self._http.stream("GET", rest.file_url("files", path), headers=headers) as r:
                 self._check(r)
-                if r.headers.get("content-type", "").startswith("application/json"):
-                    raise errors.InvalidArgumentError(f"{path!r} is a directory")
-                total = int(r.headers["content-length"]) if "content-length" in r.headers else None
-                done = 0
-                if progress:
-                    progress(0, total)
+                meter = c.Meter(progress, rest.download_size(path, r.headers))
+                meter.begin()
                 for chunk in r.iter_raw(c.CHUNK):
                     dst.write(chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
-                if total is not None and done != total:
-                    raise errors.UnavailableError(f"download of {path!r} cut off at {done} bytes")
-                return done
-        except httpx.TimeoutException as e:
-            raise errors.TimeoutError(f"GET {path}: {e}") from None
+                    meter.add(chunk)
+                return rest.downloaded(path, meter)
         except httpx.TransportError as e:
-            raise errors.UnavailableError(f"GET {path}: {e}") from None
+            raise rest.transport_error(f"GET {path}", e) from None
 
     def upload_dir(self, local_dir: c.PathLike, path: str, *,
                    progress: Optional[c.Progress] = None) -> int:
@@ -444,24 +406,19 @@ class Files:
         files, directories, modes, mtimes and symlinks. Returns the entries unpacked."""
         prod = c.TarProducer(Path(local_dir))
         timeout = self._ep.timeout
+        meter = c.Meter(progress)
 
         def body() -> Iterator[bytes]:
-            done = 0
             while True:
                 chunk = prod.next_chunk(timeout)
                 if chunk is None:
                     return
-                done += len(chunk)
-                if progress:
-                    progress(done, None)
-                yield chunk
+                yield meter.add(chunk)
 
         try:
-            r = self._req("PUT", c.file_url("files", path), params={"archive": "tar"},
-                          content=body(), headers={"Content-Type": "application/x-tar"})
+            return self._send(rest.upload_dir(path), content=body())
         finally:
             prod.stop()
-        return int(r.json().get("entries", 0))
 
     def download_dir(self, path: str, local_dir: c.PathLike, *,
                      progress: Optional[c.Progress] = None) -> int:
@@ -470,16 +427,13 @@ class Files:
         number of entries."""
         ex = c.Extractor(Path(local_dir))
         reader = ex.reader
+        meter = c.Meter(progress)
         try:
-            with self._http.stream("GET", c.file_url("files", path),
-                                   params={"archive": "tar"}) as r:
+            with self._http.stream("GET", rest.file_url("files", path),
+                                   params=rest.tar_query()) as r:
                 self._check(r)
-                done = 0
                 for chunk in r.iter_raw(c.CHUNK):
-                    done += len(chunk)
-                    if progress:
-                        progress(done, None)
-                    reader.feed(chunk, self._ep.timeout)
+                    reader.feed(meter.add(chunk), self._ep.timeout)
                     if reader.closed.is_set():
                         break
             reader.feed(None, self._ep.timeout)
@@ -495,36 +449,21 @@ class Files:
     # -- runtime -------------------------------------------------------------------------------
 
     def health(self) -> Health:
-        d = self._req("GET", "/v1/health").json()
-        return Health(str(d.get("status")), int(d.get("uptime_seconds", 0)), d)
+        return self._send(rest.health())
 
     def metadata(self) -> Mapping[str, str]:
-        return dict(self._req("GET", "/v1/metadata").json().get("env", {}))
+        return self._send(rest.metadata())
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         last: Optional[BaseException] = None
         while time.monotonic() < deadline:
             try:
-                r = self._http.get("/readyz", timeout=min(self._ep.timeout, 5.0))
-                if r.status_code == 200:
+                last = rest.readiness(self._http.get(rest.READY_PATH,
+                                                     timeout=rest.ready_timeout(self._ep)))
+                if last is None:
                     return
-                last = errors.from_http(r.status_code, r.content)
             except httpx.TransportError as e:
                 last = e
-            time.sleep(0.05)
-        raise errors.TimeoutError(f"sandboxd not ready within {timeout}s: {last}")
-
-
-class _CappedBuffer:
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.buf = bytearray()
-
-    def write(self, b: bytes) -> int:
-        if len(self.buf) + len(b) > self.cap:
-            raise errors.InvalidArgumentError(f"file is larger than max_bytes={self.cap}")
-        self.buf += b
-        return len(b)
-
-
+            time.sleep(rest.READY_POLL)
+        raise rest.not_ready(timeout, last)
