@@ -19,10 +19,9 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -31,10 +30,13 @@ import yaml
 
 from kube import ApiError, Kube
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import sbxtest  # noqa: E402
+
+REPO = sbxtest.REPO
 CONFIG = REPO / "controller" / "config"
 HERE = Path(__file__).resolve().parent
-TOOLS = Path(os.environ.get("SANDBOXD_TOOLS", Path.home() / ".cache" / "sandboxd" / "bin"))
+TOOLS = sbxtest.tools_dir()
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
 
 CONTROLLER_NS = "sandboxd-system"
@@ -44,26 +46,13 @@ RUNTIME_CLASS = "gvisor"
 
 
 def wait_until(pred, timeout, interval=0.05, what="condition"):
-    """Polls pred until it returns a truthy value; fails the test after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    last_exc = None
-    while True:
-        try:
-            v = pred()
-            if v:
-                return v
-        except (ApiError, OSError) as e:  # the server may be starting or restarting
-            last_exc = e
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}"
-                        + (f" (last error: {last_exc})" if last_exc else ""))
-        time.sleep(interval)
+    """Polls pred until it returns a truthy value; fails the test after timeout seconds. API and
+    socket errors count as "not yet": the server may be starting or restarting."""
+    return sbxtest.wait_until(pred, timeout, interval=interval, what=what,
+                              retry=(ApiError, OSError))
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = sbxtest.free_port
 
 
 def missing_binaries():

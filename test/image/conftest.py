@@ -22,27 +22,23 @@ import re
 import shutil
 import signal
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import sbxtest  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = sbxtest.REPO
 START_TIMEOUT = 30.0  # a daemon must be ready within this (gVisor starts in a few seconds)
 CALL_TIMEOUT = 30  # seconds, any one client call
 STOP_TIMEOUT = 20.0  # exit after SIGTERM: the daemon's drain (10 s) and some
 
 
 def wait_until(pred, timeout, what, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return sbxtest.wait_until(pred, timeout, interval=interval, what=what)
 
 
 def need_root():
@@ -76,14 +72,7 @@ def static_bin():
 
 @pytest.fixture(scope="session")
 def tools():
-    d = Path(os.environ.get("SANDBOXD_TOOLS", Path.home() / ".cache/sandboxd/bin"))
-    found = {}
-    for name in ("grpcurl", "grpc-health-probe"):
-        p = d / name
-        if not (p.is_file() and os.access(p, os.X_OK)):
-            pytest.fail(f"{name} not found in {d} (run scripts/setup.sh, or set SANDBOXD_TOOLS)")
-        found[name] = str(p)
-    return found
+    return {k: str(p) for k, p in sbxtest.find_tools(("grpcurl", "grpc-health-probe")).items()}
 
 
 def run(argv, **kw):
@@ -144,8 +133,8 @@ class Endpoints:
             text = self.log()
             if "ready" not in text:
                 return False
-            g = re.search(r"grpc listening on 127\.0\.0\.1 port (\d+)", text)
-            r = re.search(r"rest listening on 127\.0\.0\.1 port (\d+)", text)
+            g = re.search(sbxtest.GRPC_LISTENING, text)
+            r = re.search(sbxtest.REST_LISTENING, text)
             self.grpc_port, self.rest_port = int(g.group(1)), int(r.group(1))
             return True
 
@@ -159,7 +148,7 @@ class Endpoints:
 
 
 def daemon_flags(socket_inside=None):
-    flags = ["--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0"]
+    flags = list(sbxtest.LOOPBACK_FLAGS)
     flags += ["--root-dir", "/workspace", "--shutdown-timeout", "5s"]
     if socket_inside:
         flags += ["--grpc-socket", socket_inside]

@@ -30,7 +30,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+import sbxtest  # noqa: E402
+
+REPO = sbxtest.REPO
 PROTO_DIR = REPO / "proto"
 
 RPC_TIMEOUT = 10.0  # default deadline of a unary call
@@ -44,20 +47,10 @@ START_TIMEOUT = 10.0  # a daemon must be ready within this
 
 def wait_until(pred, timeout, interval=0.01, what="condition"):
     """Polls pred until it returns a truthy value; fails the test after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return sbxtest.wait_until(pred, timeout, interval=interval, what=what)
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = sbxtest.free_port
 
 
 def pid_state(pid):
@@ -101,14 +94,7 @@ def sandboxd_bin():
 
 @pytest.fixture(scope="session")
 def tools():
-    d = Path(os.environ.get("SANDBOXD_TOOLS", Path.home() / ".cache/sandboxd/bin"))
-    found = {}
-    for name in ("grpcurl", "grpc-health-probe", "reference-sandboxd"):
-        p = d / name
-        if not (p.is_file() and os.access(p, os.X_OK)):
-            pytest.fail(f"{name} not found in {d} (run scripts/setup.sh, or set SANDBOXD_TOOLS)")
-        found[name] = p
-    return found
+    return sbxtest.find_tools(("grpcurl", "grpc-health-probe", "reference-sandboxd"))
 
 
 def _load_module(name, path):
@@ -493,9 +479,7 @@ class Sandboxd(DaemonProcess):
         self.shutdown_timeout = shutdown_timeout
         argv = [
             binary,
-            "--listen-host", "127.0.0.1",
-            "--grpc-port", "0",
-            "--rest-port", "0",
+            *sbxtest.LOOPBACK_FLAGS,
             "--root-dir", self.root,
             "--shutdown-timeout", f"{int(shutdown_timeout * 1000)}ms",
             "--log-level", "debug",
@@ -505,9 +489,9 @@ class Sandboxd(DaemonProcess):
         argv += list(extra_args)
         super().__init__(argv, env=env)
         try:
-            m = self.wait_line(r"grpc listening on 127\.0\.0\.1 port (\d+)")
+            m = self.wait_line(sbxtest.GRPC_LISTENING)
             self.port = int(m.group(1))
-            m = self.wait_line(r"rest listening on 127\.0\.0\.1 port (\d+)")
+            m = self.wait_line(sbxtest.REST_LISTENING)
             self.rest_port = int(m.group(1))
             self.rest_url = f"http://127.0.0.1:{self.rest_port}"
             self.wait_line(r"\bready\b")
