@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
 #include "controller.h"
 #include "fuzz_check.h"
+#include "object.h"
 #include "podspec.h"
 #include "watch.h"
 

@@ -12,10 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"
+#include "object.h"
 
 #define ADOPT_TRIES 3
 

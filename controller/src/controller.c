@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
 #include "cleanup.h"
 #include "log.h"
+#include "object.h"
 
 void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms)
 {

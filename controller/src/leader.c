@@ -9,9 +9,9 @@
 #include <sys/time.h>
 #include <time.h>
 
-#include "api.h"
 #include "bucket.h"
 #include "log.h"
+#include "object.h"
 
 struct sbx_leader {
     struct sbx_kube *kube;

@@ -10,7 +10,6 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "flags.h"
@@ -19,6 +18,7 @@
 #include "kube.h"
 #include "kubeconfig.h"
 #include "log.h"
+#include "object.h"
 #include "parse.h"
 
 #ifndef SANDBOXD_VERSION

@@ -10,10 +10,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"
+#include "object.h"
 
 #define MAX_POOL_NAME 40 /* keeps "<pool>-<suffix>" within a label value */
 

@@ -9,10 +9,10 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"
+#include "object.h"
 
 struct ready {
     const char *status, *reason;

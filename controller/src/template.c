@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"
+#include "object.h"
 
 #define NP_API     "/apis/networking.k8s.io/v1"
 #define ANNOT_HASH "agents.x-k8s.io/network-policy-hash"

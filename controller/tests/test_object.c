@@ -2,9 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
 #include "histogram.h"
 #include "informer.h"
+#include "object.h"
 #include "tap.h"
 
 int main(void)

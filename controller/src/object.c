@@ -1,4 +1,4 @@
-#include "api.h"
+#include "object.h"
 
 #include <errno.h>
 #include <stdio.h>
