@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "controller.h"
 #include "fuzz_check.h"
 #include "object.h"

@@ -5,9 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "cleanup.h"
 #include "log.h"
 #include "object.h"
+
+char *sbx_queue_key(char *buf, size_t size, const char *kind, const char *ns, const char *name)
+{
+    int n = snprintf(buf, size, "%s:%s/%s", kind, ns ? ns : "", name);
+
+    return n > 0 && (size_t)n < size ? buf : NULL;
+}
 
 void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms)
 {

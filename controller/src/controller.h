@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "bucket.h"
@@ -84,6 +85,9 @@ int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_erro
  * owner is gone, and the garbage collector may not run. */
 int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char *kind,
                                  const char *name, struct sbx_error *err);
+
+/* "kind:ns/name" queue keys. Returns buf or NULL when it does not fit. */
+char *sbx_queue_key(char *buf, size_t size, const char *kind, const char *ns, const char *name);
 
 /* Queues a "kind:ns/name" key on its queue, now or after delay_ms. */
 void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms);

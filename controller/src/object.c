@@ -21,13 +21,6 @@ int sbx_split_key(const char *key, char *ns, size_t nssz, const char **name)
     return 0;
 }
 
-char *sbx_queue_key(char *buf, size_t size, const char *kind, const char *ns, const char *name)
-{
-    int n = snprintf(buf, size, "%s:%s/%s", kind, ns ? ns : "", name);
-
-    return n > 0 && (size_t)n < size ? buf : NULL;
-}
-
 const char *sbx_meta_str(json_t *obj, const char *field)
 {
     return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));

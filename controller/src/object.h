@@ -1,5 +1,6 @@
-/* Small helpers the reconcilers share: reading object fields, creating and deleting with the
- * answers that count as done, the Ready condition. */
+/* Kubernetes objects as every client of the API reads and writes them: metadata fields, owner
+ * references, conditions, resourceVersions and RFC 3339 times; create, delete, patch and status
+ * updates with the answers that count as done. */
 #pragma once
 
 #include <jansson.h>
@@ -11,18 +12,8 @@
 #include "error.h"
 #include "kube.h"
 
-#define SBX_EXT_GROUP       "extensions.agents.x-k8s.io"
-#define SBX_EXT_API_VERSION "extensions.agents.x-k8s.io/v1beta1"
-#define SBX_LABEL_POOL      "agents.x-k8s.io/warm-pool-sandbox"
-#define SBX_LABEL_CLAIM     "agents.x-k8s.io/claim-uid"
-#define SBX_LABEL_TEMPLATE  "agents.x-k8s.io/sandbox-template-ref-hash"
-#define SBX_LABEL_BLUEPRINT "agents.x-k8s.io/sandbox-template-hash"
-
 /* Splits "ns/name": copies ns into buf, points *name into key. Returns 0 or -EINVAL. */
 int sbx_split_key(const char *key, char *ns, size_t nssz, const char **name);
-
-/* "kind:ns/name" queue keys. Returns buf or NULL when it does not fit. */
-char *sbx_queue_key(char *buf, size_t size, const char *kind, const char *ns, const char *name);
 
 /* metadata.<field> as a string, or NULL. */
 const char *sbx_meta_str(json_t *obj, const char *field);

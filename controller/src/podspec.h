@@ -6,13 +6,9 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "api.h"
 #include "error.h"
 
-#define SBX_GROUP         "agents.x-k8s.io"
-#define SBX_API_VERSION   "agents.x-k8s.io/v1beta1"
-#define SBX_LABEL_HASH    "agents.x-k8s.io/sandbox-name-hash"
-#define SBX_LABEL_MANAGED "app.kubernetes.io/managed-by"
-#define SBX_MANAGER       "sandboxd-controller"
 #define SBX_BIN_VOLUME    "sandboxd-bin"
 #define SBX_BIN_DIR       "/.sandboxd"
 #define SBX_TOKEN_VOLUME  "sandboxd-token"

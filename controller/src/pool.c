@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"

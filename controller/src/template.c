@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "cleanup.h"
 #include "controller.h"
 #include "log.h"

@@ -9,7 +9,7 @@
 
 int main(void)
 {
-    char ns[16], buf[64];
+    char ns[16];
     const char *name;
     time_t t;
 
@@ -48,9 +48,6 @@ int main(void)
     ok(sbx_split_key("nokey", ns, sizeof(ns), &name) == -EINVAL, "a key without a slash");
     ok(sbx_split_key("a-very-long-namespace/x", ns, sizeof(ns), &name) == -EINVAL,
        "a namespace too long for the buffer");
-    ok(sbx_queue_key(buf, sizeof(buf), "claim", "ns", "c") && !strcmp(buf, "claim:ns/c"),
-       "queue key");
-    ok(!sbx_queue_key(buf, 8, "claim", "ns", "c"), "queue key too long");
 
     char s[9];
     sbx_random_suffix(s, 8);
