@@ -6,7 +6,7 @@
 # $BUILD/fuzz-work/NAME/log; a finding worth keeping is copied into the target's corpus
 # (the corpus/NAME/ beside it) once fixed. Each target's final figures (runs, exec/s, cov, ft, corpus) are printed at the
 # end and appended to $BUILD/fuzz-work/summary.
-# Usage: scripts/fuzz.sh [SECONDS [NAME...]]   (NAME: tar_unpack, path, http_args, ctl_watch, ...)
+# Usage: scripts/fuzz.sh [SECONDS [NAME...]]   (NAME: tar_unpack, path, http_args, kube_watch, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

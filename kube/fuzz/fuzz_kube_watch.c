@@ -1,4 +1,4 @@
-/* libFuzzer target for what a watch or a list answer brings the controller: the byte stream cut
+/* libFuzzer target for what a watch or a list answer brings an informer: the byte stream cut
  * into lines (sbx_lines_feed / sbx_lines_finish, as the transport hands over chunks), each line
  * read as a watch event (sbx_watch_event_parse), and each line that is a list page read as one
  * (sbx_list_page_parse).

@@ -1,8 +1,9 @@
+/* The object helpers (times, conditions, keys, readiness, resourceVersions) and the field
+ * projection informers apply. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "histogram.h"
 #include "informer.h"
 #include "object.h"
 #include "tap.h"
@@ -62,21 +63,6 @@ int main(void)
     json_decref(c);
     json_decref(obj);
 
-    struct sbx_histogram h = {0};
-    sbx_histogram_observe(&h, 3000000);      /* 3 ms */
-    sbx_histogram_observe(&h, 40000000);     /* 40 ms */
-    sbx_histogram_observe(&h, 100000000000); /* 100 s */
-    char *out = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&out, &len);
-    sbx_histogram_write(f, "x", "a=\"b\"", &h);
-    fclose(f);
-    ok(strstr(out, "x_bucket{a=\"b\",le=\"0.005\"} 1\n") != NULL, "first bucket");
-    ok(strstr(out, "x_bucket{a=\"b\",le=\"0.05\"} 2\n") != NULL, "cumulative");
-    ok(strstr(out, "x_bucket{a=\"b\",le=\"60\"} 2\n") != NULL, "100 s is beyond 60");
-    ok(strstr(out, "x_bucket{a=\"b\",le=\"+Inf\"} 3\n") != NULL, "+Inf holds all");
-    ok(strstr(out, "x_count{a=\"b\"} 3\n") != NULL, "count");
-    free(out);
     /* Field projection keeps the named members only; sbx_object_rv reads etcd's revision. */
     static const char *const keep[] = {"metadata", "status", NULL};
     json_t *pod = json_loads("{\"metadata\":{\"resourceVersion\":\"42\"},\"spec\":{\"x\":1},"
