@@ -24,10 +24,10 @@
 #include <string.h>
 
 #include "api.h"
-#include "controller.h"
 #include "fuzz_check.h"
 #include "object.h"
 #include "podspec.h"
+#include "reconcilers.h"
 #include "watch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

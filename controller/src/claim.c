@@ -17,6 +17,7 @@
 #include "controller.h"
 #include "log.h"
 #include "object.h"
+#include "reconcilers.h"
 
 #define ADOPT_TRIES 3
 
@@ -481,7 +482,7 @@ static int expire_finished(struct sbx_ctrl *c, json_t *claim, json_t *sb, const 
     return 0;
 }
 
-int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
+static int claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *claim = sbx_informer_get(c->claims, key);
     char ns[300], pkey[600], tkey[600];
@@ -551,3 +552,6 @@ int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *e
     /* Its status is written once the sandbox shows up in the cache (one write, not two). */
     return cold_start(c, claim, tmpl, err);
 }
+
+const struct sbx_reconciler sbx_claim_reconciler = {
+    .kind = "claim", .reconcile = claim_reconcile, .claim_queue = true};

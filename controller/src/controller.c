@@ -17,11 +17,23 @@ char *sbx_queue_key(char *buf, size_t size, const char *kind, const char *ns, co
     return n > 0 && (size_t)n < size ? buf : NULL;
 }
 
+/* The registered reconciler of key's kind, or NULL. */
+static const struct sbx_reconciler *reconciler_of(struct sbx_ctrl *c, const char *key)
+{
+    const char *colon = strchr(key, ':');
+    size_t n = colon ? (size_t)(colon - key) : 0;
+
+    for (size_t i = 0; colon && i < c->nkinds; i++)
+        if (!strncmp(c->kinds[i].kind, key, n) && c->kinds[i].kind[n] == '\0')
+            return &c->kinds[i];
+    return NULL;
+}
+
 void sbx_ctrl_enqueue(struct sbx_ctrl *c, const char *key, uint64_t delay_ms)
 {
-    struct sbx_wq *q = strncmp(key, "claim:", 6) ? c->queue : c->claim_queue;
+    const struct sbx_reconciler *r = reconciler_of(c, key);
 
-    sbx_wq_add_after(q, key, delay_ms);
+    sbx_wq_add_after(r && r->claim_queue ? c->claim_queue : c->queue, key, delay_ms);
 }
 
 static void enqueue(struct sbx_ctrl *c, const char *kind, const char *ns, const char *name)
@@ -182,7 +194,7 @@ static int worker(const char *key, void *arg)
 {
     struct sbx_ctrl *c = arg;
     struct sbx_error err = {0};
-    const char *colon = strchr(key, ':');
+    const struct sbx_reconciler *rec = reconciler_of(c, key);
     uint64_t t0 = sbx_now_ns();
     int r;
 
@@ -191,18 +203,9 @@ static int worker(const char *key, void *arg)
         sbx_ctrl_enqueue(c, key, 100);
         return 0;
     }
-    if (!colon)
+    if (!rec)
         return 0;
-    if (!strncmp(key, "sandbox:", 8))
-        r = sbx_sandbox_reconcile(c, colon + 1, &err);
-    else if (!strncmp(key, "pool:", 5))
-        r = sbx_pool_reconcile(c, colon + 1, &err);
-    else if (!strncmp(key, "claim:", 6))
-        r = sbx_claim_reconcile(c, colon + 1, &err);
-    else if (!strncmp(key, "template:", 9))
-        r = sbx_template_reconcile(c, colon + 1, &err);
-    else
-        return 0;
+    r = rec->reconcile(c, strchr(key, ':') + 1, &err);
     if (r == -ECANCELED) /* the controller is stopping */
         log_debug("%s: %s", key, err.msg);
     else if (r < 0)
@@ -279,8 +282,8 @@ static int start_informer(struct sbx_ctrl *c, const char *name, const char *grou
     return sbx_informer_start(c->kube, &o, ret, err);
 }
 
-int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, struct sbx_ctrl **ret,
-                   struct sbx_error *err)
+int sbx_ctrl_new(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, struct sbx_ctrl **ret,
+                 struct sbx_error *err)
 {
     struct sbx_ctrl *c = calloc(1, sizeof(*c));
     /* Retries back off from 5 ms to 30 s: an API server restart must not park keys for long. */
@@ -308,6 +311,33 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
     if ((r = sbx_wq_new(&qo, &c->queue, err)) < 0 ||
         (r = sbx_wq_new(&qo, &c->claim_queue, err)) < 0)
         goto fail;
+    *ret = c;
+    return 0;
+fail:
+    sbx_ctrl_free(c);
+    return r;
+}
+
+int sbx_ctrl_register(struct sbx_ctrl *c, const struct sbx_reconciler *rec, struct sbx_error *err)
+{
+    /* Workers and informer handlers read the table unlocked: it is complete before they start. */
+    if (c->started)
+        return sbx_error_set(err, EBUSY, "kind \"%s\": the controller has started", rec->kind);
+    for (size_t i = 0; i < c->nkinds; i++)
+        if (!strcmp(c->kinds[i].kind, rec->kind))
+            return sbx_error_set(err, EEXIST, "kind \"%s\" registered twice", rec->kind);
+    if (c->nkinds == SBX_CTRL_KINDS_MAX)
+        return sbx_error_set(err, ENOSPC, "kind \"%s\": more than %d kinds", rec->kind,
+                             SBX_CTRL_KINDS_MAX);
+    c->kinds[c->nkinds++] = *rec;
+    return 0;
+}
+
+int sbx_ctrl_start(struct sbx_ctrl *c, struct sbx_error *err)
+{
+    int r;
+
+    c->started = true;
     /* Children are cached only when they carry our label: the informers hold what we own. */
     if ((r = start_informer(c, "sandboxes", "/apis/" SBX_API_VERSION, "sandboxes", NULL, on_sandbox,
                             &c->sandboxes, err)) < 0 ||
@@ -321,16 +351,12 @@ int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, stru
                             NULL, on_template, &c->templates, err)) < 0 ||
         (r = start_informer(c, "sandboxclaims", "/apis/" SBX_EXT_API_VERSION, "sandboxclaims", NULL,
                             on_claim, &c->claims, err)) < 0)
-        goto fail;
-    if ((r = sbx_wq_start(c->queue, opts->workers, worker, c, err)) < 0 ||
-        (r = sbx_wq_start(c->claim_queue, opts->claim_workers > 0 ? opts->claim_workers : 1, worker,
-                          c, err)) < 0)
-        goto fail;
-    *ret = c;
+        return r;
+    if ((r = sbx_wq_start(c->queue, c->opts.workers, worker, c, err)) < 0 ||
+        (r = sbx_wq_start(c->claim_queue, c->opts.claim_workers > 0 ? c->opts.claim_workers : 1,
+                          worker, c, err)) < 0)
+        return r;
     return 0;
-fail:
-    sbx_ctrl_free(c);
-    return r;
 }
 
 int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char *kind,

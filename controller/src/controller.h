@@ -1,6 +1,7 @@
-/* The controller: informers on what it owns, work queues of keys "kind:ns/name" (kinds
- * sandbox, pool, template; claim on a queue of its own), bounded pools of workers reconciling
- * them. */
+/* The controller: informers on what it owns, work queues of keys "kind:ns/name", bounded pools
+ * of workers that hand each key to the reconciler its kind registered (sbx_ctrl_register). The
+ * kinds (sandbox.c, pool.c, claim.c, template.c) call into the controller; it knows them only
+ * through the table. */
 #pragma once
 
 #include <pthread.h>
@@ -32,6 +33,20 @@ struct sbx_ctrl_opts {
                                     this long for more (0: written at once) */
 };
 
+struct sbx_ctrl;
+
+/* One kind the controller reconciles. */
+struct sbx_reconciler {
+    const char *kind; /* the prefix of its queue keys ("sandbox" in "sandbox:ns/name"); static */
+    /* Brings the object "ns/name" and what it owns to what they should be, reading the
+     * informers' caches. >= 0 when done; < 0 (err set) retries the key with backoff, -ECANCELED
+     * when the controller is stopping. */
+    int (*reconcile)(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
+    bool claim_queue; /* its keys go on the claim queue: never stuck behind a pool's refill */
+};
+
+#define SBX_CTRL_KINDS_MAX 8
+
 struct sbx_ctrl {
     struct sbx_kube *kube;
     struct sbx_ctrl_opts opts;
@@ -49,37 +64,30 @@ struct sbx_ctrl {
                       object, until its cache shows it */
     atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
     atomic_uint_least64_t sandbox_status_writes, sandbox_status_held, refills_deferred;
-    struct sbx_histogram claim_ready[2]; /* seen to Ready written: [0] cold, [1] warm */
+    struct sbx_histogram claim_ready[2];             /* seen to Ready written: [0] cold, [1] warm */
+    struct sbx_reconciler kinds[SBX_CTRL_KINDS_MAX]; /* registered before the start; then read */
+    size_t nkinds;
+    bool started;
 };
 
-/* Starts informers and workers. kube stays owned by the caller and must outlive the controller. */
-int sbx_ctrl_start(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, struct sbx_ctrl **ret,
-                   struct sbx_error *err);
+/* A controller with its queues, not started. kube stays owned by the caller and must outlive
+ * the controller. */
+int sbx_ctrl_new(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, struct sbx_ctrl **ret,
+                 struct sbx_error *err);
+
+/* Adds a kind (copied) to the table the workers dispatch by, before sbx_ctrl_start. -EEXIST when
+ * the kind is there already, -ENOSPC past SBX_CTRL_KINDS_MAX kinds, -EBUSY once started. Keys of
+ * a kind nobody registered are dropped. */
+int sbx_ctrl_register(struct sbx_ctrl *c, const struct sbx_reconciler *rec, struct sbx_error *err);
+
+/* Starts informers and workers. On failure the caller still frees c (sbx_ctrl_free). */
+int sbx_ctrl_start(struct sbx_ctrl *c, struct sbx_error *err);
 
 /* True once every informer has listed. */
 bool sbx_ctrl_synced(struct sbx_ctrl *c);
 
 /* Stops workers and informers, frees. Accepts NULL. */
 void sbx_ctrl_free(struct sbx_ctrl *c);
-
-/* Whether the template's sandboxes get the default NetworkPolicy: networkPolicyManagement
- * Managed (or unset) and no spec.networkPolicy. */
-bool sbx_template_default_policy(json_t *tmpl);
-
-/* The Sandbox a SandboxTemplate makes: its pod template and service, with labels (borrowed) and
- * the controller reference owner (stolen, may be NULL: then -ENOMEM). -EINVAL when the template
- * has no pod template. Under the default NetworkPolicy, which lets no query reach cluster DNS, a
- * pod template without dnsPolicy gets public resolvers (dnsPolicy None), as the reference. */
-int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
-                              json_t *labels, json_t **ret, struct sbx_error *err);
-
-/* The Sandbox a SandboxClaim gets on a cold start, from its warm pool's template: named like the
- * claim, owned by it, its lifecycle (shutdownTime, shutdownPolicy Delete or Retain), pod labels
- * and annotations, and env ({name, value, containerName}, strings) applied as the template's
- * envVarsInjectionPolicy allows. -EPERM when the env cannot be (malformed, not allowed, or naming
- * a container the template lacks), -EINVAL when the template or the claim's other additions
- * cannot be used. */
-int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_error *err);
 
 /* Deletes the cached Sandboxes of namespace ns whose controller is the `kind` named `name`: the
  * owner is gone, and the garbage collector may not run. */
@@ -102,9 +110,3 @@ bool sbx_ctrl_cache_behind(struct sbx_ctrl *c, const char *qkey, json_t *cached)
 
 /* A claim's status now says Ready: observes the time since it was first seen. */
 void sbx_ctrl_claim_ready(struct sbx_ctrl *c, const char *key, bool warm);
-
-/* The reconcilers, called by the workers with "ns/name". */
-int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
-int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
-int sbx_claim_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);
-int sbx_template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err);

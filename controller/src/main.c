@@ -20,6 +20,7 @@
 #include "log.h"
 #include "object.h"
 #include "parse.h"
+#include "reconcilers.h"
 
 #ifndef SANDBOXD_VERSION
 #define SANDBOXD_VERSION "dev"
@@ -187,6 +188,24 @@ static int wait_for(const sigset_t *set, struct sbx_leader *leader, int until)
     }
 }
 
+/* Makes the controller, registers the kinds it reconciles (reconcilers.h) and starts it. On
+ * failure *ret, once made, is the caller's to free. */
+static int start_controller(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts,
+                            struct sbx_ctrl **ret, struct sbx_error *err)
+{
+    static const struct sbx_reconciler *const kinds[] = {
+        &sbx_sandbox_reconciler, &sbx_pool_reconciler, &sbx_claim_reconciler,
+        &sbx_template_reconciler};
+    int r;
+
+    if ((r = sbx_ctrl_new(kube, opts, ret, err)) < 0)
+        return r;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(kinds); i++)
+        if ((r = sbx_ctrl_register(*ret, kinds[i], err)) < 0)
+            return r;
+    return sbx_ctrl_start(*ret, err);
+}
+
 static int start_leader(struct sbx_kube *kube, struct sbx_leader **ret, struct sbx_error *err)
 {
     char host[256] = "", id[300], suffix[9];
@@ -267,7 +286,7 @@ int main(int argc, char **argv)
     /* A standby waits for the lease; a signal ends the wait. */
     r = wait_for(&set, leader, 1);
     if (r > 0) {
-        if (sbx_ctrl_start(kube, &copts, &ctrl, &err) < 0) {
+        if (start_controller(kube, &copts, &ctrl, &err) < 0) {
             log_error(err.code, "%s", err.msg);
             r = 1;
             goto out;

@@ -15,6 +15,7 @@
 #include "controller.h"
 #include "log.h"
 #include "object.h"
+#include "reconcilers.h"
 
 #define MAX_POOL_NAME 40 /* keeps "<pool>-<suffix>" within a label value */
 
@@ -327,7 +328,7 @@ static uint64_t replenish_wait(struct sbx_ctrl *c, const char *key)
     return wait;
 }
 
-int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
+static int pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *pool = sbx_informer_get(c->pools, key);
     char ns[300], pool_key[700], tkey[600];
@@ -386,3 +387,5 @@ int sbx_pool_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *er
     json_decref(cs.owned);
     return r;
 }
+
+const struct sbx_reconciler sbx_pool_reconciler = {.kind = "pool", .reconcile = pool_reconcile};

@@ -14,6 +14,7 @@
 #include "controller.h"
 #include "log.h"
 #include "object.h"
+#include "reconcilers.h"
 
 struct ready {
     const char *status, *reason;
@@ -257,7 +258,7 @@ static void drop(json_t **pod, json_t **svc)
     *pod = *svc = NULL;
 }
 
-int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
+static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *sb = sbx_informer_get(c->sandboxes, key);
     json_auto_t *pod = NULL, *svc = NULL, *st = NULL;
@@ -321,3 +322,6 @@ int sbx_sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error 
     }
     return r < 0 ? r : 0;
 }
+
+const struct sbx_reconciler sbx_sandbox_reconciler = {.kind = "sandbox",
+                                                      .reconcile = sandbox_reconcile};

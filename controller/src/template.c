@@ -18,6 +18,7 @@
 #include "controller.h"
 #include "log.h"
 #include "object.h"
+#include "reconcilers.h"
 
 #define NP_API     "/apis/networking.k8s.io/v1"
 #define ANNOT_HASH "agents.x-k8s.io/network-policy-hash"
@@ -77,7 +78,7 @@ bool sbx_template_default_policy(json_t *tmpl)
            !json_is_object(json_object_get(spec, "networkPolicy"));
 }
 
-int sbx_template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
+static int template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *tmpl = sbx_informer_get(c->templates, key);
     json_auto_t *np = NULL, *want = NULL, *body = NULL;
@@ -137,3 +138,6 @@ int sbx_template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error
     log_info("updated %s", path);
     return 0;
 }
+
+const struct sbx_reconciler sbx_template_reconciler = {.kind = "template",
+                                                       .reconcile = template_reconcile};

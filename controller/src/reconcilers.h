@@ -1,0 +1,35 @@
+/* The kinds the controller reconciles, a file each: Sandboxes (sandbox.c), warm pools (pool.c),
+ * claims (claim.c) and templates (template.c). main.c registers their reconcilers with
+ * sbx_ctrl_register; the pure functions below are what they share with each other and with the
+ * fuzz target. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "controller.h"
+#include "error.h"
+
+extern const struct sbx_reconciler sbx_sandbox_reconciler;  /* "sandbox" */
+extern const struct sbx_reconciler sbx_pool_reconciler;     /* "pool" */
+extern const struct sbx_reconciler sbx_claim_reconciler;    /* "claim", on the claim queue */
+extern const struct sbx_reconciler sbx_template_reconciler; /* "template" */
+
+/* Whether the template's sandboxes get the default NetworkPolicy: networkPolicyManagement
+ * Managed (or unset) and no spec.networkPolicy. */
+bool sbx_template_default_policy(json_t *tmpl);
+
+/* The Sandbox a SandboxTemplate makes: its pod template and service, with labels (borrowed) and
+ * the controller reference owner (stolen, may be NULL: then -ENOMEM). -EINVAL when the template
+ * has no pod template. Under the default NetworkPolicy, which lets no query reach cluster DNS, a
+ * pod template without dnsPolicy gets public resolvers (dnsPolicy None), as the reference. */
+int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, json_t *owner,
+                              json_t *labels, json_t **ret, struct sbx_error *err);
+
+/* The Sandbox a SandboxClaim gets on a cold start, from its warm pool's template: named like the
+ * claim, owned by it, its lifecycle (shutdownTime, shutdownPolicy Delete or Retain), pod labels
+ * and annotations, and env ({name, value, containerName}, strings) applied as the template's
+ * envVarsInjectionPolicy allows. -EPERM when the env cannot be (malformed, not allowed, or naming
+ * a container the template lacks), -EINVAL when the template or the claim's other additions
+ * cannot be used. */
+int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_error *err);
