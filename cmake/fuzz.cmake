@@ -2,7 +2,7 @@
 # them (sandboxd/fuzz, kube/fuzz, controller/fuzz): fuzz_<name>.c defines LLVMFuzzerTestOneInput
 # and corpus/<name>/ holds its committed inputs.
 #
-# With any compiler each target is linked with sandboxd/fuzz/fuzz_main.c into fuzz_<name>_replay,
+# With any compiler each target is linked with common/fuzz/fuzz_main.c into fuzz_<name>_replay,
 # which CTest runs over the corpus (test fuzz_<name>_corpus, label fuzz). With clang and
 # SANDBOXD_FUZZ=ON the real libFuzzer binary fuzz_<name> is built too, over copies of the
 # libraries instrumented for coverage (scripts/fuzz.sh runs it).
@@ -11,7 +11,7 @@ if(SANDBOXD_FUZZ AND NOT CMAKE_C_COMPILER_ID STREQUAL "Clang")
   message(FATAL_ERROR "SANDBOXD_FUZZ needs clang (CC=clang), not ${CMAKE_C_COMPILER_ID}")
 endif()
 set(SBX_FUZZ_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
-set(SBX_FUZZ_MAIN_DIR ${PROJECT_SOURCE_DIR}/sandboxd/fuzz) # fuzz_main.c, fuzz_check.h
+set(SBX_FUZZ_MAIN_DIR ${PROJECT_SOURCE_DIR}/common/fuzz) # fuzz_main.c, fuzz_check.h
 
 # sbx_fuzz_library(LIB DEP...): with SANDBOXD_FUZZ, LIB_fuzz: LIB again from its sources, with
 # coverage for libFuzzer to steer by, its include directories and definitions, linked to DEP.
