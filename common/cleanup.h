@@ -13,6 +13,8 @@ static inline void sbx_freep(void *p)
     free(*(void **)p);
 }
 
+/* Closes *fd when it is open and leaves -1 behind, so that closing again, or a release after a
+ * failed setup, cannot close a number another thread has been given since. */
 static inline void sbx_closep(int *fd)
 {
     if (*fd >= 0) {
@@ -20,6 +22,7 @@ static inline void sbx_closep(int *fd)
         close(*fd);
         errno = saved;
     }
+    *fd = -1;
 }
 
 static inline void sbx_fclosep(FILE **f)
