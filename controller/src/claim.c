@@ -403,7 +403,11 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
         char key[600];
         count_write(c);
         sbx_ctrl_wrote(c, qk, rv);
-        if (!strcmp(status, "True") && sbx_object_key(claim, key, sizeof(key)))
+        /* Observed at the transition only: a later write of a Ready claim (its pod's IPs came)
+         * would observe it again when a watch event older than the Ready write (the claim not
+         * yet Ready) arrived after it and marked the claim as seen anew. */
+        if (!strcmp(status, "True") && !sbx_is_ready(claim) &&
+            sbx_object_key(claim, key, sizeof(key)))
             sbx_ctrl_claim_ready(c, key, warm);
     }
     return r < 0 ? r : 0;
