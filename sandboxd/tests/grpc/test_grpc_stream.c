@@ -35,7 +35,7 @@ static int sent_ok, sent_failed, finals, closed, closed_cancelled, released, han
 static int sent_at_release;          /* sends reported when the stream was released */
 static int queued;                   /* sends the handler queued (FLOOD) */
 static struct sbx_grpc_stream *kept; /* FLOOD: the handler's reference, kept */
-static bool shut_down;
+static int shutdowns;                /* the server's shutdown callback ran */
 
 static void bump(int *counter)
 {
@@ -326,10 +326,7 @@ static void test_cancel_mid_send(int port)
 static void on_shut_down(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&lock);
-    shut_down = true;
-    pthread_cond_broadcast(&cond);
-    pthread_mutex_unlock(&lock);
+    bump(&shutdowns);
 }
 
 static void test_shutdown_with_calls_in_flight(struct sbx_grpc *s, int port)
@@ -350,11 +347,7 @@ static void test_shutdown_with_calls_in_flight(struct sbx_grpc *s, int port)
     ok(all && released == 3, "each released once (%d)", released);
     ok(closed == 3 && closed_cancelled == 3, "each closed once, cancelled (%d, %d)", closed,
        closed_cancelled);
-    pthread_mutex_lock(&lock);
-    while (!shut_down)
-        pthread_cond_wait(&cond, &lock);
-    pthread_mutex_unlock(&lock);
-    ok(shut_down, "the shutdown finished");
+    ok(wait_count(&shutdowns, 1), "the shutdown finished");
     for (int i = 0; i < 3; i++) {
         ok(client_status(&c[i]) && c[i].t.status != GRPC_STATUS_OK, "client %d ended (status %d)",
            i, (int)c[i].t.status);
