@@ -18,6 +18,7 @@ static struct {
     uint64_t http[HTTP_CODES];
     uint64_t bytes_in, bytes_out;
     uint64_t started, exited;
+    uint64_t truncated, dropped[2];
     uint64_t spawn_buckets[SBX_ARRAY_SIZE(buckets)];
     uint64_t spawn_count, spawn_ns_sum;
     const struct sbx_budget *output;
@@ -84,6 +85,30 @@ void sbx_metrics_process_started(uint64_t spawn_ns)
 void sbx_metrics_process_exited(void)
 {
     add(&m.exited, 1);
+}
+
+void sbx_metrics_output_truncated(uint64_t stdout_bytes, uint64_t stderr_bytes)
+{
+    if (!stdout_bytes && !stderr_bytes)
+        return;
+    add(&m.truncated, 1);
+    add(&m.dropped[0], stdout_bytes);
+    add(&m.dropped[1], stderr_bytes);
+}
+
+static void render_truncated(FILE *f)
+{
+    fprintf(f,
+            "# HELP sandboxd_execute_truncated_total Execute calls whose captured output was cut "
+            "(--max-output-bytes, --max-output-memory).\n"
+            "# TYPE sandboxd_execute_truncated_total counter\n"
+            "sandboxd_execute_truncated_total %llu\n"
+            "# HELP sandboxd_execute_dropped_bytes_total Output bytes Execute dropped, by stream.\n"
+            "# TYPE sandboxd_execute_dropped_bytes_total counter\n"
+            "sandboxd_execute_dropped_bytes_total{stream=\"stdout\"} %llu\n"
+            "sandboxd_execute_dropped_bytes_total{stream=\"stderr\"} %llu\n",
+            (unsigned long long)get(&m.truncated), (unsigned long long)get(&m.dropped[0]),
+            (unsigned long long)get(&m.dropped[1]));
 }
 
 void sbx_metrics_watch_output(const struct sbx_budget *b)
@@ -158,6 +183,7 @@ char *sbx_metrics_render(size_t *len)
             "sandboxd_spawn_duration_seconds_count %llu\n",
             (unsigned long long)get(&m.spawn_count), (double)get(&m.spawn_ns_sum) / 1e9,
             (unsigned long long)get(&m.spawn_count));
+    render_truncated(f);
     render_output(f);
     if (fclose(f) != 0) {
         free(buf);

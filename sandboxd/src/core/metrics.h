@@ -17,6 +17,9 @@ void sbx_metrics_bytes_out(uint64_t n);
 /* A process started, after spawn_ns nanoseconds of spawning; one exited. */
 void sbx_metrics_process_started(uint64_t spawn_ns);
 void sbx_metrics_process_exited(void);
+/* A call that captures output (Execute) dropped these many bytes of each stream past its cap
+ * or the output budget; counted when either is not zero. */
+void sbx_metrics_output_truncated(uint64_t stdout_bytes, uint64_t stderr_bytes);
 
 /* The output budget whose use and refusals are rendered (NULL: none). */
 struct sbx_budget;

@@ -50,7 +50,8 @@ struct pcall {
     struct sbx_budget *budget;
     uint8_t *buf[2];
     size_t len[2], cap[2];
-    bool refused; /* output was dropped for want of budget */
+    uint64_t dropped[2]; /* bytes of each stream not captured */
+    bool refused;        /* some were dropped for want of budget (or memory) */
 };
 
 static void pcall_release(void *data)
@@ -148,15 +149,13 @@ static void capture_grow(struct pcall *c, enum sbx_stream s, size_t need)
     want = cap - c->cap[s];
     cap = c->cap[s] + sbx_budget_take_some(c->budget, want);
     if (cap - c->cap[s] < want) {
-        if (!c->refused)
-            log_warn(ENOBUFS, "execute: output memory budget (--max-output-memory) exhausted: "
-                              "output dropped");
         c->refused = true;
         if (cap == c->cap[s])
             return;
     }
     nb = realloc(c->buf[s], cap);
     if (!nb) {
+        c->refused = true;
         sbx_budget_give(c->budget, cap - c->cap[s]);
         return;
     }
@@ -167,34 +166,69 @@ static void capture_grow(struct pcall *c, enum sbx_stream s, size_t need)
 static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len, bool more)
 {
     struct pcall *c = data;
-    size_t room = c->max_output - c->len[s];
+    size_t room = c->max_output - c->len[s], n = len;
 
     (void)more;
-    if (len > room)
-        len = room; /* over the cap: drained and dropped */
-    if (len == 0)
+    if (n > room)
+        n = room; /* over the cap: drained and dropped */
+    if (n > 0 && c->len[s] + n > c->cap[s])
+        capture_grow(c, s, c->len[s] + n);
+    if (n > c->cap[s] - c->len[s])
+        n = c->cap[s] - c->len[s]; /* no memory for more: dropped too */
+    c->dropped[s] += len - n;
+    if (n == 0)
         return;
-    if (c->len[s] + len > c->cap[s])
-        capture_grow(c, s, c->len[s] + len);
-    if (len > c->cap[s] - c->len[s])
-        len = c->cap[s] - c->len[s]; /* no memory for more: dropped too */
-    if (len == 0)
-        return;
-    memcpy(c->buf[s] + c->len[s], buf, len);
-    c->len[s] += len;
+    memcpy(c->buf[s] + c->len[s], buf, n);
+    c->len[s] += n;
+}
+
+/* Says what Execute dropped, since its answer (the reference's message) cannot: trailing
+ * metadata "sandboxd-<stream>-truncated: <bytes dropped>", one log line, the metrics. Returns
+ * how many entries it wrote into t (whose values live in num). */
+static size_t capture_truncation(const struct pcall *c, struct sbx_grpc_trailer *t, char num[2][24])
+{
+    static const char *const keys[2] = {"sandboxd-stdout-truncated", "sandboxd-stderr-truncated"};
+    size_t n = 0;
+
+    if (!c->dropped[0] && !c->dropped[1])
+        return 0;
+    for (int s = 0; s < 2; s++) {
+        if (!c->dropped[s])
+            continue;
+        snprintf(num[s], sizeof(num[s]), "%llu", (unsigned long long)c->dropped[s]);
+        t[n].key = keys[s];
+        t[n++].value = num[s];
+    }
+    sbx_metrics_output_truncated(c->dropped[0], c->dropped[1]);
+    if (c->refused)
+        log_warn(ENOBUFS,
+                 "execute: output truncated: %llu bytes of stdout and %llu of stderr dropped "
+                 "(output memory budget --max-output-memory exhausted, or cap "
+                 "--max-output-bytes %zu)",
+                 (unsigned long long)c->dropped[0], (unsigned long long)c->dropped[1],
+                 c->max_output);
+    else
+        log_info("execute: output truncated: %llu bytes of stdout and %llu of stderr dropped "
+                 "(cap --max-output-bytes %zu)",
+                 (unsigned long long)c->dropped[0], (unsigned long long)c->dropped[1],
+                 c->max_output);
+    return n;
 }
 
 static void capture_exit(void *data, const struct sbx_exit *ex)
 {
     struct pcall *c = data;
     Process__V1__ExecuteResponse m = PROCESS__V1__EXECUTE_RESPONSE__INIT;
+    struct sbx_grpc_trailer t[2];
+    char num[2][24];
+    size_t n = capture_truncation(c, t, num);
 
     m.exit_code = ex->exit_code;
     m.stdout.data = c->buf[SBX_STDOUT];
     m.stdout.len = c->len[SBX_STDOUT];
     m.stderr.data = c->buf[SBX_STDERR];
     m.stderr.len = c->len[SBX_STDERR];
-    (void)sbx_grpc_stream_finish(c->st, &m.base, GRPC_STATUS_OK, NULL);
+    (void)sbx_grpc_stream_finish_trailers(c->st, &m.base, GRPC_STATUS_OK, NULL, t, n);
     sbx_grpc_stream_unref(c->st); /* the sink's */
 }
 

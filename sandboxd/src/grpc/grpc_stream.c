@@ -1,5 +1,6 @@
 #include "grpc_stream.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@ struct out {
     bool final; /* the status follows the message */
     grpc_status_code code;
     grpc_slice details;
+    grpc_metadata trailers[SBX_GRPC_MAX_TRAILERS];
+    size_t n_trailers;
 };
 
 struct sbx_grpc_stream {
@@ -41,6 +44,10 @@ static void out_free(struct out *o)
         grpc_byte_buffer_destroy(o->bb);
     if (o->final)
         grpc_slice_unref(o->details);
+    for (size_t i = 0; i < o->n_trailers; i++) {
+        grpc_slice_unref(o->trailers[i].key);
+        grpc_slice_unref(o->trailers[i].value);
+    }
     free(o);
 }
 
@@ -111,6 +118,8 @@ static bool kick_locked(struct sbx_grpc_stream *st, struct out **failed)
     if (o->final) {
         ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
         ops[n].data.send_status_from_server.status = o->code;
+        ops[n].data.send_status_from_server.trailing_metadata_count = o->n_trailers;
+        ops[n].data.send_status_from_server.trailing_metadata = o->trailers;
         ops[n++].data.send_status_from_server.status_details = &o->details;
     }
     sbx_grpc_stream_ref(st);
@@ -242,9 +251,17 @@ int sbx_grpc_stream_send(struct sbx_grpc_stream *st, const ProtobufCMessage *m, 
 int sbx_grpc_stream_finish(struct sbx_grpc_stream *st, const ProtobufCMessage *m,
                            grpc_status_code code, const char *details)
 {
+    return sbx_grpc_stream_finish_trailers(st, m, code, details, NULL, 0);
+}
+
+int sbx_grpc_stream_finish_trailers(struct sbx_grpc_stream *st, const ProtobufCMessage *m,
+                                    grpc_status_code code, const char *details,
+                                    const struct sbx_grpc_trailer *t, size_t n)
+{
     struct out *o = calloc(1, sizeof(*o));
     int r;
 
+    assert(n <= SBX_GRPC_MAX_TRAILERS);
     if (!o) {
         grpc_call_cancel(st->req->call, NULL);
         return -ENOMEM;
@@ -252,6 +269,11 @@ int sbx_grpc_stream_finish(struct sbx_grpc_stream *st, const ProtobufCMessage *m
     o->final = true;
     o->code = code;
     o->details = grpc_slice_from_copied_string(details ? details : "");
+    for (size_t i = 0; i < n; i++) {
+        o->trailers[i].key = grpc_slice_from_copied_string(t[i].key);
+        o->trailers[i].value = grpc_slice_from_copied_string(t[i].value);
+    }
+    o->n_trailers = n;
     if (m && code == GRPC_STATUS_OK)
         o->bb = sbx_grpc_pack(m);
     r = enqueue(st, o);

@@ -47,6 +47,19 @@ int sbx_grpc_stream_send(struct sbx_grpc_stream *st, const ProtobufCMessage *m, 
 int sbx_grpc_stream_finish(struct sbx_grpc_stream *st, const ProtobufCMessage *m,
                            grpc_status_code code, const char *details);
 
+/* One entry of trailing metadata: a lowercase key and a printable ASCII value. */
+struct sbx_grpc_trailer {
+    const char *key, *value;
+};
+
+#define SBX_GRPC_MAX_TRAILERS 4
+
+/* As sbx_grpc_stream_finish, with n (at most SBX_GRPC_MAX_TRAILERS) entries of trailing
+ * metadata sent with the status; copied. */
+int sbx_grpc_stream_finish_trailers(struct sbx_grpc_stream *st, const ProtobufCMessage *m,
+                                    grpc_status_code code, const char *details,
+                                    const struct sbx_grpc_trailer *t, size_t n);
+
 /* True once the call is over (its close was seen) or a send failed. */
 bool sbx_grpc_stream_over(struct sbx_grpc_stream *st);
 
