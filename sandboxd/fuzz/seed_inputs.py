@@ -169,6 +169,19 @@ grpc = [
     ('reflection_long_name', R_INFO, lf(4, '\u00e9' * 200)),  # cut inside a character before
     ('reflection_bad_host', R_INFO, lf(1, b'\xe2\x82') + lf(7, '')),
     ('reflection_none', R_INFO, lf(1, 'localhost')),
+    # A NUL in a string: protobuf-c hands it over cut there ("touch x\0y" ran "touch x")
+    ('execute_nul_arg', P_EXEC, lf(1, lf(1, 'sh') + lf(1, '-c') + lf(1, 'touch x\0; y'))),
+    ('execute_nul_env_key', P_EXEC, lf(1, lf(1, 'env') + lf(2, entry('A\0B', '1')))),
+    ('execute_nul_env_value', P_EXEC, lf(1, lf(1, 'env') + lf(2, entry('A', 'x\0y')))),
+    ('execute_nul_cwd', P_EXEC, lf(1, lf(1, 'pwd') + lf(3, 'dir\0/../..'))),
+    ('execute_nul_cwd_replaced', P_EXEC, lf(1, lf(1, 'pwd') + lf(3, 'a\0b') + lf(3, 'dir'))),
+    ('start_nul_arg', P_START, lf(1, lf(1, 'ls\0') + lf(1, '-l'))),
+    ('spawn_nul_arg', S_SPAWN, lf(1, lf(1, 'sleep') + lf(1, '1\0000'))),
+    ('spawn_nul_tag', S_SPAWN, lf(1, lf(1, 'true') + lf(4, 'web\0x'))),
+    ('run_nul_env_value', S_RUN, lf(1, lf(1, 'env') + lf(2, entry('K', '\0')))),
+    ('run_nul_rlimit', S_RUN, lf(1, lf(1, 'x') + lf(10, lf(1, 'nofile\0') + vf(2, 64)))),
+    ('list_nul_tag', S_LIST, lf(1, 'web\0')),
+    ('health_nul', H_CHECK, lf(1, 'sandboxd.v1.Processes\0')),
 ]
 for name, t, msg in grpc:
     write('grpc_requests', name, bytes([t]) + msg)

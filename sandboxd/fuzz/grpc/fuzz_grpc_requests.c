@@ -8,6 +8,8 @@
  * process is started.
  *
  * Input: one byte choosing the request type, then the message. Checked:
+ *   - a message with a string that protobuf-c hands over cut at a NUL byte (told by a
+ *     recording allocator: it allocates each string with its length + 1) is refused;
  *   - a decoded message packs and decodes back to the same bytes (protobuf-c round trip);
  *   - sbx_utf8_valid agrees on every string field with a decoder written here from
  *     Unicode's table of well-formed byte sequences;
@@ -38,6 +40,7 @@
 #include "grpc_reflection.h"
 #include "grpc_server.h"
 #include "grpc_spec.h"
+#include "pb_check.h"
 #include "process/v1/process.pb-c.h"
 #include "sandboxd/v1/processes.pb-c.h"
 #include "utf8.h"
@@ -167,6 +170,97 @@ static void round_trip(const ProtobufCMessage *m)
     protobuf_c_message_free_unpacked(m2, NULL);
     free(buf);
     free(buf2);
+}
+
+/* Each allocation protobuf-c makes while decoding, with its size. */
+struct rec {
+    void *p;
+    size_t n;
+};
+
+struct recs {
+    struct rec *v;
+    size_t n, cap;
+};
+
+static void *rec_alloc(void *data, size_t n)
+{
+    struct recs *r = data;
+    void *p = malloc(n ? n : 1);
+
+    CHECK(p, "out of memory");
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 64;
+        r->v = realloc(r->v, r->cap * sizeof(*r->v));
+        CHECK(r->v, "out of memory");
+    }
+    r->v[r->n++] = (struct rec){p, n};
+    return p;
+}
+
+static void rec_free(void *data, void *p)
+{
+    struct recs *r = data;
+
+    for (size_t i = 0; p && i < r->n; i++)
+        if (r->v[i].p == p)
+            r->v[i].p = NULL;
+    free(p);
+}
+
+/* Whether a string of m was allocated longer than it reads: cut at a NUL. */
+static bool cut_at_nul(const ProtobufCMessage *m, const struct recs *r)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        const void *const *items = (const void *const *)(base + f->offset);
+        size_t n = 1;
+
+        if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+            *(const uint32_t *)(base + f->quantifier_offset) != f->id)
+            continue;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            n = *(const size_t *)(base + f->quantifier_offset);
+            items = *(const void *const *const *)(base + f->offset);
+        }
+        for (size_t k = 0; k < n; k++) {
+            if (!items[k])
+                continue;
+            if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                if (cut_at_nul(items[k], r))
+                    return true;
+                continue;
+            }
+            for (size_t j = 0; j < r->n; j++)
+                if (r->v[j].p == items[k] && r->v[j].n != strlen(items[k]) + 1)
+                    return true;
+        }
+    }
+    return false;
+}
+
+/* A request protobuf-c would hand over with a string cut at a NUL is refused. */
+static void check_nul(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t size,
+                      const ProtobufCMessage *accepted)
+{
+    struct recs r = {0};
+    ProtobufCAllocator a = {.alloc = rec_alloc, .free = rec_free, .allocator_data = &r};
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, &a, size, data);
+
+    if (m) {
+        CHECK(!accepted || !cut_at_nul(m, &r), "%s with a string cut at a NUL accepted", d->name);
+        /* Refused while protobuf-c takes it whole: a NUL must be in there (in a string that a
+         * later one of the same field replaced), or a field numbered 0. */
+        CHECK(accepted || !sbx_pb_wellformed(m) || memchr(data, 0, size),
+              "%s refused without a NUL", d->name);
+        protobuf_c_message_free_unpacked(m, &a);
+    }
+    free(r.v);
 }
 
 static struct fuzz_box box;
@@ -376,6 +470,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     grpc_slice_unref(s);
     m = sbx_grpc_unpack(bb, types[t].d);
     grpc_byte_buffer_destroy(bb);
+    check_nul(types[t].d, data + 1, size - 1, m);
     if (!m)
         return 0; /* answered "malformed ..." */
     round_trip(m);

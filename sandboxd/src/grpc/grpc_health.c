@@ -72,14 +72,12 @@ static void handle_check(struct sbx_grpc_req *req)
 {
     struct sbx_health *h = req->method_data;
     _cleanup_pb_ ProtobufCMessage *m =
-        sbx_grpc_unpack(req->payload, &grpc__health__v1__health_check_request__descriptor);
+        sbx_grpc_unpack_req(req, &grpc__health__v1__health_check_request__descriptor);
     Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)m;
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
 
-    if (!m) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed HealthCheckRequest");
+    if (!m)
         return;
-    }
     if (!known_service(r->service)) {
         sbx_grpc_reply(req, NULL, GRPC_STATUS_NOT_FOUND, "unknown service");
         return;
@@ -176,14 +174,12 @@ static void handle_watch(struct sbx_grpc_req *req)
 {
     struct sbx_health *h = req->method_data;
     _cleanup_pb_ ProtobufCMessage *m =
-        sbx_grpc_unpack(req->payload, &grpc__health__v1__health_check_request__descriptor);
+        sbx_grpc_unpack_req(req, &grpc__health__v1__health_check_request__descriptor);
     Grpc__Health__V1__HealthCheckRequest *r = (Grpc__Health__V1__HealthCheckRequest *)m;
     struct watch *w;
 
-    if (!m) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed HealthCheckRequest");
+    if (!m)
         return;
-    }
     w = calloc(1, sizeof(*w));
     if (!w) {
         sbx_grpc_reply(req, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");

@@ -108,12 +108,10 @@ static struct sbx_job *lookup(struct sbx_grpc_req *req, int32_t id)
 
 #define UNPACK(req, type, lname)                                                                   \
     _cleanup_pb_ ProtobufCMessage *m_ =                                                            \
-        sbx_grpc_unpack((req)->payload, &sandboxd__v1__##lname##__descriptor);                     \
+        sbx_grpc_unpack_req((req), &sandboxd__v1__##lname##__descriptor);                          \
     type *r = (type *)m_;                                                                          \
-    if (!m_) {                                                                                     \
-        sbx_grpc_reply((req), NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed " #type);             \
-        return;                                                                                    \
-    }
+    if (!m_)                                                                                       \
+        return;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Starting */

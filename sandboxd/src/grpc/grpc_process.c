@@ -334,26 +334,22 @@ static void run(struct sbx_grpc_req *req, const Process__V1__ProcessConfig *conf
 static void handle_start(struct sbx_grpc_req *req)
 {
     _cleanup_pb_ ProtobufCMessage *m =
-        sbx_grpc_unpack(req->payload, &process__v1__start_request__descriptor);
+        sbx_grpc_unpack_req(req, &process__v1__start_request__descriptor);
     Process__V1__StartRequest *r = (Process__V1__StartRequest *)m;
 
-    if (!m) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed StartRequest");
+    if (!m)
         return;
-    }
     run(req, r->config, r->pty, false);
 }
 
 static void handle_execute(struct sbx_grpc_req *req)
 {
     _cleanup_pb_ ProtobufCMessage *m =
-        sbx_grpc_unpack(req->payload, &process__v1__execute_request__descriptor);
+        sbx_grpc_unpack_req(req, &process__v1__execute_request__descriptor);
     Process__V1__ExecuteRequest *r = (Process__V1__ExecuteRequest *)m;
 
-    if (!m) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed ExecuteRequest");
+    if (!m)
         return;
-    }
     run(req, r->config, NULL, true);
 }
 
@@ -395,7 +391,7 @@ static struct sbx_proc *lookup(struct sbx_grpc_req *req, int32_t id)
 static void handle_write_stdin(struct sbx_grpc_req *req)
 {
     _cleanup_pb_ ProtobufCMessage *m =
-        sbx_grpc_unpack(req->payload, &process__v1__write_stdin_request__descriptor);
+        sbx_grpc_unpack_req(req, &process__v1__write_stdin_request__descriptor);
     Process__V1__WriteStdinRequest *r = (Process__V1__WriteStdinRequest *)m;
     struct sbx_error e = {0};
     struct stdin_call *s;
@@ -403,10 +399,8 @@ static void handle_write_stdin(struct sbx_grpc_req *req)
     char msg[384];
     int rc;
 
-    if (!m) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed WriteStdinRequest");
+    if (!m)
         return;
-    }
     p = lookup(req, r->process_id);
     if (!p)
         return;
@@ -443,7 +437,7 @@ static const char *signal_name(int v)
 static void handle_send_signal(struct sbx_grpc_req *req)
 {
     _cleanup_pb_ ProtobufCMessage *m =
-        sbx_grpc_unpack(req->payload, &process__v1__send_signal_request__descriptor);
+        sbx_grpc_unpack_req(req, &process__v1__send_signal_request__descriptor);
     Process__V1__SendSignalRequest *r = (Process__V1__SendSignalRequest *)m;
     Process__V1__SendSignalResponse resp = PROCESS__V1__SEND_SIGNAL_RESPONSE__INIT;
     struct sbx_error e = {0};
@@ -451,10 +445,8 @@ static void handle_send_signal(struct sbx_grpc_req *req)
     char msg[384];
     int sig, rc;
 
-    if (!m) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed SendSignalRequest");
+    if (!m)
         return;
-    }
     p = lookup(req, r->process_id);
     if (!p)
         return;
@@ -491,7 +483,7 @@ static void handle_send_signal(struct sbx_grpc_req *req)
 static void handle_resize(struct sbx_grpc_req *req)
 {
     _cleanup_pb_ ProtobufCMessage *m =
-        sbx_grpc_unpack(req->payload, &process__v1__resize_ttyrequest__descriptor);
+        sbx_grpc_unpack_req(req, &process__v1__resize_ttyrequest__descriptor);
     Process__V1__ResizeTTYRequest *r = (Process__V1__ResizeTTYRequest *)m;
     Process__V1__ResizeTTYResponse resp = PROCESS__V1__RESIZE_TTYRESPONSE__INIT;
     struct sbx_error e = {0};
@@ -499,10 +491,8 @@ static void handle_resize(struct sbx_grpc_req *req)
     char msg[384];
     int rc;
 
-    if (!m) {
-        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed ResizeTTYRequest");
+    if (!m)
         return;
-    }
     if (r->cols > 0xffff || r->rows > 0xffff) {
         sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT,
                        "cols and rows must be below 65536");

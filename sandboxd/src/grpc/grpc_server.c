@@ -102,22 +102,51 @@ grpc_status_code sbx_grpc_status(int r)
     }
 }
 
-ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
+int sbx_grpc_decode(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+                    ProtobufCMessage **ret, struct sbx_error *err)
 {
     grpc_byte_buffer_reader reader;
-    ProtobufCMessage *m;
+    ProtobufCMessage *m = NULL;
+    char name[128];
     grpc_slice s;
+    bool ok;
+    int nul = 0;
 
-    if (!bb)
-        return NULL;
-    if (!grpc_byte_buffer_reader_init(&reader, bb))
-        return NULL;
+    if (!bb || !grpc_byte_buffer_reader_init(&reader, bb))
+        return sbx_error_set(err, EINVAL, "malformed %s", d->short_name);
     s = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
     m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    ok = m && sbx_pb_wellformed(m);
+    if (ok)
+        nul = sbx_pb_find_nul(d, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), name, sizeof(name));
     grpc_slice_unref(s);
-    if (m && !sbx_pb_wellformed(m)) {
-        protobuf_c_message_free_unpacked(m, NULL);
+    if (!ok || nul != 0) {
+        if (m)
+            protobuf_c_message_free_unpacked(m, NULL);
+        if (nul > 0)
+            return sbx_error_set(err, EINVAL, "%s contains a NUL byte", name);
+        return sbx_error_set(err, EINVAL, "malformed %s", d->short_name);
+    }
+    *ret = m;
+    return 0;
+}
+
+ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
+{
+    ProtobufCMessage *m = NULL;
+
+    (void)sbx_grpc_decode(bb, d, &m, NULL);
+    return m;
+}
+
+ProtobufCMessage *sbx_grpc_unpack_req(struct sbx_grpc_req *req, const ProtobufCMessageDescriptor *d)
+{
+    struct sbx_error e = {0};
+    ProtobufCMessage *m = NULL;
+
+    if (sbx_grpc_decode(req->payload, d, &m, &e) < 0) {
+        sbx_grpc_reply(req, NULL, GRPC_STATUS_INVALID_ARGUMENT, e.msg);
         return NULL;
     }
     return m;

@@ -93,9 +93,19 @@ void sbx_grpc_reply(struct sbx_grpc_req *req, const ProtobufCMessage *reply, grp
 void sbx_grpc_reply_watched(struct sbx_grpc_req *req, const ProtobufCMessage *reply,
                             grpc_status_code code, const char *details);
 
-/* Decodes a request payload; NULL when missing or malformed. Free with
- * protobuf_c_message_free_unpacked. */
+/* Decodes a request payload of type d into *ret (free it with protobuf_c_message_free_unpacked).
+ * Refused with -EINVAL: a payload missing or malformed ("malformed <Type>"), and one with a NUL
+ * byte in a string field ("<field> contains a NUL byte"), which protobuf-c would hand over cut
+ * at the NUL. */
+int sbx_grpc_decode(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+                    ProtobufCMessage **ret, struct sbx_error *err);
+
+/* sbx_grpc_decode's message, or NULL when it refuses the payload. */
 ProtobufCMessage *sbx_grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
+
+/* Decodes req's payload, or answers req INVALID_ARGUMENT with why and returns NULL. */
+ProtobufCMessage *sbx_grpc_unpack_req(struct sbx_grpc_req *req,
+                                      const ProtobufCMessageDescriptor *d);
 
 static inline void sbx_pb_freep(ProtobufCMessage **m)
 {
