@@ -39,6 +39,18 @@ async def test_run(asb, daemon, area):
     assert r.stdout == b"unary\n"
 
 
+async def test_execute_says_what_the_daemon_dropped(daemon_factory):
+    d = daemon_factory(["--max-output-bytes", str(1 << 20)])
+    async with AsyncSandbox(grpc_port=d.grpc_port, rest_port=d.rest_port, timeout=20) as s:
+        with pytest.warns(sandboxd.OutputTruncatedWarning) as w:
+            r = await s.execute("head -c 3000000 /dev/zero >&2")
+        assert w[0].filename == __file__, "the warning points at the caller"
+        assert r.truncated == {"stderr": 3000000 - (1 << 20)} and r.stderr_truncated
+        assert len(r.stderr) == 1 << 20 and not r.stdout_truncated
+        r = await s.execute(["echo", "small"])
+        assert r.truncated == {} and not r.stdout_truncated
+
+
 async def test_start_stream_stdin_signal(asb):
     async with await asb.start("echo first; read l; echo got $l") as p:
         assert (await p.read(10)).data == b"first\n"

@@ -65,6 +65,24 @@ def test_execute_unary(sb):
     assert (r.exit_code, r.stdout, r.stderr) == (2, b"x\n", b"y\n")
 
 
+def test_execute_says_what_the_daemon_dropped(daemon_factory):
+    # The daemon keeps 1 MiB per stream here; what it dropped comes in the call's trailers.
+    sb = daemon_factory(["--max-output-bytes", str(1 << 20)]).sandbox()
+    with pytest.warns(sandboxd.OutputTruncatedWarning, match="bytes of stdout") as w:
+        r = sb.execute("head -c 3000000 /dev/zero; head -c 1048580 /dev/zero >&2")
+    assert w[0].filename == __file__, "the warning points at the caller"
+    assert (len(r.stdout), len(r.stderr)) == (1 << 20, 1 << 20)
+    assert r.truncated == {"stdout": 3000000 - (1 << 20), "stderr": 4}
+    assert r.stdout_truncated and r.stderr_truncated
+
+
+def test_execute_under_the_cap_is_not_truncated(sb, recwarn):
+    r = sb.execute("head -c 100000 /dev/zero")
+    assert len(r.stdout) == 100000
+    assert r.truncated == {} and not r.stdout_truncated and not r.stderr_truncated
+    assert not [w for w in recwarn if issubclass(w.category, sandboxd.OutputTruncatedWarning)]
+
+
 def test_start_streams_output_before_exit(sb):
     # The process prints, then blocks on stdin: the first line must arrive while it runs.
     with sb.start("echo first; read line; echo got $line; echo err >&2") as p:

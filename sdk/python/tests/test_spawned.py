@@ -112,6 +112,7 @@ def test_run_with_exit_detail_user_and_limits(sb):
     r = sb.processes.run("seq 1 100000", max_output=10)
     assert r.stdout_truncated and r.stdout == b"\n99999\n100000\n"[-10:]
     assert r.stdout_total == len("".join(f"{i}\n" for i in range(1, 100001)))
+    assert r.truncated == {"stdout": r.stdout_total - 10}
     r = sb.processes.run("sleep 30", timeout=0.3, grace=0.2)
     assert r.timed_out and r.exit.reason == "timed_out"
     r = sb.processes.run("ulimit -n", rlimits={"nofile": 77})

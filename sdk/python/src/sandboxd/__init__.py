@@ -12,8 +12,9 @@ The asyncio flavour of the same API is sandboxd.aio.AsyncSandbox.
 from . import errors
 from .client import Files, Process, Sandbox
 from .errors import (ConflictError, FailedPreconditionError, InsufficientStorageError,
-                     InternalError, InvalidArgumentError, NotFoundError, PayloadTooLargeError,
-                     PermissionDeniedError, ProcessExitError, ResourceExhaustedError,
+                     InternalError, InvalidArgumentError, NotFoundError, OutputTruncatedWarning,
+                     PayloadTooLargeError, PermissionDeniedError, ProcessExitError,
+                     ResourceExhaustedError,
                      SandboxError, TimeoutError, UnauthenticatedError, UnavailableError,
                      UnimplementedError)
 from .processes import Attachment, Processes, SpawnedProcess
@@ -28,5 +29,6 @@ __all__ = [
     "InternalError", "ProcessExitError", "CommandResult", "ExitStatus", "FileEntry", "FileStat",
     "Health", "OutputEvent", "UploadResult", "Processes", "SpawnedProcess", "Attachment",
     "ExitDetail", "ProcessInfo", "StreamOffsets", "OutputChunk", "Truncated",
+    "OutputTruncatedWarning",
 ]
 __version__ = "0.1.0"

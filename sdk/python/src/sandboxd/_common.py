@@ -13,6 +13,7 @@ import signal as _signal
 import tarfile
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import (IO, Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional,
@@ -118,6 +119,7 @@ class Unary(Generic[T]):
     decode: Callable[[Any], T]
     timeout: Optional[float] = None
     check_open: bool = True
+    trailers: bool = False  # decode(response, trailing metadata)
 
 
 def ignore(response: Any) -> None:
@@ -200,8 +202,31 @@ def stdin_request(pid: int, data: Optional[bytes]) -> Any:
 
 # The unary calls of process.v1.ProcessService.
 
-def _execute_result(r: Any) -> CommandResult:
-    return CommandResult(r.exit_code, r.stdout, r.stderr)
+# Execute's trailing metadata: bytes the daemon dropped past its caps, per stream.
+TRUNCATED_KEYS = {"stdout": "sandboxd-stdout-truncated", "stderr": "sandboxd-stderr-truncated"}
+
+
+def dropped_bytes(trailers: Any) -> Dict[str, int]:
+    """The bytes dropped per stream that a call's trailing metadata tells (none: {})."""
+    md = {k: v for k, v in (trailers or ())}
+    out: Dict[str, int] = {}
+    for stream, key in TRUNCATED_KEYS.items():
+        v = md.get(key)
+        if isinstance(v, str) and v.isdigit() and int(v) > 0:
+            out[stream] = int(v)
+    return out
+
+
+def _execute_result(r: Any, trailers: Any = ()) -> CommandResult:
+    dropped = dropped_bytes(trailers)
+    res = CommandResult(r.exit_code, r.stdout, r.stderr, stdout_truncated="stdout" in dropped,
+                        stderr_truncated="stderr" in dropped, truncated=dropped)
+    if dropped:
+        told = ", ".join(f"{n} bytes of {s}" for s, n in dropped.items())
+        # user code -> execute -> _unary -> call/acall -> here
+        warnings.warn(f"execute: the daemon dropped {told} (its output cap)",
+                      errors.OutputTruncatedWarning, stacklevel=5)
+    return res
 
 
 def execute_call(command: Command, env: Optional[Mapping[str, str]], cwd: Optional[str],
@@ -209,7 +234,7 @@ def execute_call(command: Command, env: Optional[Mapping[str, str]], cwd: Option
     # Execute has never checked that the client is open: on a closed one grpc refuses the call
     # itself (ValueError, under asyncio UsageError), not with the UnavailableError of the rest.
     req = pb.ExecuteRequest(config=process_config(command, env, cwd))
-    return Unary("Execute", req, _execute_result, timeout, check_open=False)
+    return Unary("Execute", req, _execute_result, timeout, check_open=False, trailers=True)
 
 
 def write_stdin_calls(pid: int, data: Union[bytes, str]) -> Iterator[Unary[None]]:

@@ -128,7 +128,10 @@ def run_result(r: Any) -> CommandResult:
     return CommandResult(exit_code=d.exit_code, stdout=r.stdout, stderr=r.stderr,
                          stdout_truncated=r.stdout_truncated, stderr_truncated=r.stderr_truncated,
                          timed_out=d.reason == "timed_out", exit=d,
-                         stdout_total=r.stdout_total, stderr_total=r.stderr_total)
+                         stdout_total=r.stdout_total, stderr_total=r.stderr_total,
+                         truncated={s: n for s, n in (("stdout", r.stdout_total - len(r.stdout)),
+                                                      ("stderr", r.stderr_total - len(r.stderr)))
+                                    if n > 0})
 
 
 def attach_failure(e: grpc.RpcError, closed: bool) -> Optional[errors.SandboxError]:

@@ -18,6 +18,10 @@ def call(session: c.Session, stub: Any, u: c.Unary[T]) -> T:
     if u.check_open:
         session.check_open()
     try:
+        if u.trailers:
+            r, call = getattr(stub, u.method).with_call(u.request, metadata=session.metadata(),
+                                                        timeout=session.deadline(u.timeout))
+            return u.decode(r, call.trailing_metadata())  # type: ignore[call-arg]
         r = getattr(stub, u.method)(u.request, metadata=session.metadata(),
                                     timeout=session.deadline(u.timeout))
     except grpc.RpcError as e:
@@ -29,8 +33,11 @@ async def acall(session: c.Session, stub: Any, u: c.Unary[T]) -> T:
     if u.check_open:
         session.check_open()
     try:
-        r = await getattr(stub, u.method)(u.request, metadata=session.metadata(),
-                                          timeout=session.deadline(u.timeout))
+        call = getattr(stub, u.method)(u.request, metadata=session.metadata(),
+                                       timeout=session.deadline(u.timeout))
+        r = await call
+        if u.trailers:
+            return u.decode(r, await call.trailing_metadata())  # type: ignore[call-arg]
     except grpc.RpcError as e:
         raise errors.from_grpc(e) from None
     return u.decode(r)

@@ -169,3 +169,8 @@ def from_grpc(err: "object") -> SandboxError:
     except Exception:  # not a call error: a transport-level failure
         return UnavailableError(str(err))
     return error_for(code, details)
+
+
+class OutputTruncatedWarning(UserWarning):
+    """execute()'s output was cut by the daemon (its --max-output-bytes, or its output memory
+    bound): result.truncated says how many bytes of each stream were dropped."""

@@ -33,7 +33,12 @@ class ExitStatus:
 @dataclass
 class CommandResult:
     """What run() captured. *_truncated: output beyond max_output was dropped (client side).
-    timed_out: the timeout passed and the process was killed."""
+    timed_out: the timeout passed and the process was killed.
+
+    From execute(): truncated maps "stdout"/"stderr" to the bytes the daemon dropped past its
+    --max-output-bytes (or its output memory bound), as its call's trailing metadata tells
+    (empty when nothing was dropped); *_truncated are set with it, and an
+    OutputTruncatedWarning is issued."""
 
     exit_code: int
     stdout: bytes = b""
@@ -46,6 +51,7 @@ class CommandResult:
     exit: Optional["ExitDetail"] = None
     stdout_total: Optional[int] = None
     stderr_total: Optional[int] = None
+    truncated: Dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
