@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	xpb "github.com/sandboxd/sandboxd/sdk/go/internal/processespb"
 	pb "github.com/sandboxd/sandboxd/sdk/go/internal/processpb"
@@ -53,6 +57,29 @@ type Result struct {
 	// Only from RunProcess: how it ended, and all the bytes it wrote per stream.
 	Exit                     *ExitDetail
 	StdoutTotal, StderrTotal uint64
+	// From Execute and RunProcess: the bytes of each stream the daemon dropped (past its
+	// --max-output-bytes or its output memory bound; Execute tells them in its call's
+	// trailing metadata). The matching *Truncated is set when one is not zero.
+	StdoutDropped, StderrDropped int64
+}
+
+// Execute's trailing metadata: the bytes the daemon dropped past its caps, per stream.
+const (
+	stdoutTruncatedKey = "sandboxd-stdout-truncated"
+	stderrTruncatedKey = "sandboxd-stderr-truncated"
+)
+
+// droppedBytes reads one of those entries (0 when absent or not a number).
+func droppedBytes(md metadata.MD, key string) int64 {
+	v := md.Get(key)
+	if len(v) != 1 {
+		return 0
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // Success reports whether the command exited 0 in time.
@@ -120,7 +147,8 @@ func buildConfig(cmd []string, opts []ProcOption) (*pb.ProcessConfig, *procConfi
 func Shell(line string) []string { return []string{"/bin/sh", "-c", line} }
 
 // Execute runs cmd with one unary call: the daemon captures the output (its
-// --max-output-bytes applies) and stdin is empty. ctx bounds the call (the client's timeout
+// --max-output-bytes applies; what it dropped is in Result.StdoutDropped and StderrDropped)
+// and stdin is empty. ctx bounds the call (the client's timeout
 // when it has no deadline).
 func (c *Client) Execute(ctx context.Context, cmd []string, opts ...ProcOption) (*Result, error) {
 	cfg, _, err := buildConfig(cmd, opts)
@@ -129,11 +157,17 @@ func (c *Client) Execute(ctx context.Context, cmd []string, opts ...ProcOption) 
 	}
 	ctx, cancel := c.rpcCtx(ctx, true)
 	defer cancel()
-	r, err := c.proc.Execute(ctx, &pb.ExecuteRequest{Config: cfg})
+	var trailer metadata.MD
+	r, err := c.proc.Execute(ctx, &pb.ExecuteRequest{Config: cfg}, grpc.Trailer(&trailer))
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &Result{ExitCode: int(r.ExitCode), Stdout: r.Stdout, Stderr: r.Stderr}, nil
+	res := &Result{ExitCode: int(r.ExitCode), Stdout: r.Stdout, Stderr: r.Stderr,
+		StdoutDropped: droppedBytes(trailer, stdoutTruncatedKey),
+		StderrDropped: droppedBytes(trailer, stderrTruncatedKey)}
+	res.StdoutTruncated = res.StdoutDropped > 0
+	res.StderrTruncated = res.StderrDropped > 0
+	return res, nil
 }
 
 // Run runs cmd to completion over a Start stream and captures its output, at most MaxOutput

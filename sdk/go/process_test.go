@@ -68,6 +68,37 @@ func TestExecute(t *testing.T) {
 	}
 }
 
+func TestExecuteTellsWhatTheDaemonDropped(t *testing.T) {
+	// The daemon keeps 1 MiB per stream here; what it dropped comes in the call's trailers.
+	d, err := startDaemon(os.Getenv("SANDBOXD_BIN"), t.TempDir(), "--max-output-bytes", "1048576")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := d.stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	c := d.client(t)
+	r, err := c.Execute(ctx(t), sandboxd.Shell("head -c 3000000 /dev/zero; head -c 1048580 /dev/zero >&2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Stdout) != 1<<20 || len(r.Stderr) != 1<<20 {
+		t.Fatalf("kept %d and %d bytes", len(r.Stdout), len(r.Stderr))
+	}
+	if r.StdoutDropped != 3000000-1<<20 || r.StderrDropped != 4 || !r.StdoutTruncated || !r.StderrTruncated {
+		t.Fatalf("dropped %d and %d, truncated %v and %v", r.StdoutDropped, r.StderrDropped,
+			r.StdoutTruncated, r.StderrTruncated)
+	}
+	r, err = c.Execute(ctx(t), sandboxd.Shell("head -c 100000 /dev/zero"))
+	if err != nil || len(r.Stdout) != 100000 || r.StdoutDropped != 0 || r.StderrDropped != 0 ||
+		r.StdoutTruncated || r.StderrTruncated {
+		t.Fatalf("under the cap: %d bytes, dropped %d and %d, %v", len(r.Stdout), r.StdoutDropped,
+			r.StderrDropped, err)
+	}
+}
+
 func TestStartStreamsBeforeExit(t *testing.T) {
 	c := shared.client(t)
 	p, err := c.Start(ctx(t), sandboxd.Shell("echo first; read l; echo got $l; echo err >&2"))

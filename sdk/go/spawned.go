@@ -219,6 +219,8 @@ func (c *Client) RunProcess(ctx context.Context, cmd []string, opts ...ProcOptio
 		ExitCode: ex.Code, Stdout: r.Stdout, Stderr: r.Stderr, StdoutTruncated: r.StdoutTruncated,
 		StderrTruncated: r.StderrTruncated, TimedOut: ex.Reason == "timed_out", Exit: ex,
 		StdoutTotal: r.StdoutTotal, StderrTotal: r.StderrTotal,
+		StdoutDropped: int64(r.StdoutTotal) - int64(len(r.Stdout)),
+		StderrDropped: int64(r.StderrTotal) - int64(len(r.Stderr)),
 	}, nil
 }
 

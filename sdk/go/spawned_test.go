@@ -152,8 +152,9 @@ func TestRunProcess(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	r = mustRunProcess(t, c, []string{"seq", "1", "100000"}, sandboxd.MaxOutput(10))
-	if !r.StdoutTruncated || string(r.Stdout) != "\n99999\n100000\n"[4:] || r.StdoutTotal != 588895 {
-		t.Fatalf("%q %d", r.Stdout, r.StdoutTotal)
+	if !r.StdoutTruncated || string(r.Stdout) != "\n99999\n100000\n"[4:] || r.StdoutTotal != 588895 ||
+		r.StdoutDropped != 588895-10 {
+		t.Fatalf("%q %d %d", r.Stdout, r.StdoutTotal, r.StdoutDropped)
 	}
 	r = mustRunProcess(t, c, sandboxd.Shell("ulimit -n"), sandboxd.Rlimit("nofile", 77, 77))
 	if string(r.Stdout) != "77\n" {
