@@ -52,6 +52,7 @@ struct pcall {
     size_t len[2], cap[2];
     uint64_t dropped[2]; /* bytes of each stream not captured */
     bool refused;        /* some were dropped for want of budget (or memory) */
+    bool over_cap;       /* some were dropped past max_output */
 };
 
 static void pcall_release(void *data)
@@ -169,8 +170,10 @@ static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, si
     size_t room = c->max_output - c->len[s], n = len;
 
     (void)more;
-    if (n > room)
+    if (n > room) {
         n = room; /* over the cap: drained and dropped */
+        c->over_cap = true;
+    }
     if (n > 0 && c->len[s] + n > c->cap[s])
         capture_grow(c, s, c->len[s] + n);
     if (n > c->cap[s] - c->len[s])
@@ -188,6 +191,7 @@ static void capture_output(void *data, enum sbx_stream s, const uint8_t *buf, si
 static size_t capture_truncation(const struct pcall *c, struct sbx_grpc_trailer *t, char num[2][24])
 {
     static const char *const keys[2] = {"sandboxd-stdout-truncated", "sandboxd-stderr-truncated"};
+    char why[128];
     size_t n = 0;
 
     if (!c->dropped[0] && !c->dropped[1])
@@ -200,18 +204,13 @@ static size_t capture_truncation(const struct pcall *c, struct sbx_grpc_trailer 
         t[n++].value = num[s];
     }
     sbx_metrics_output_truncated(c->dropped[0], c->dropped[1]);
-    if (c->refused)
-        log_warn(ENOBUFS,
-                 "execute: output truncated: %llu bytes of stdout and %llu of stderr dropped "
-                 "(output memory budget --max-output-memory exhausted, or cap "
-                 "--max-output-bytes %zu)",
-                 (unsigned long long)c->dropped[0], (unsigned long long)c->dropped[1],
-                 c->max_output);
-    else
-        log_info("execute: output truncated: %llu bytes of stdout and %llu of stderr dropped "
-                 "(cap --max-output-bytes %zu)",
-                 (unsigned long long)c->dropped[0], (unsigned long long)c->dropped[1],
-                 c->max_output);
+    snprintf(why, sizeof(why), "%s%s%s", c->over_cap ? "past the cap (--max-output-bytes)" : "",
+             c->over_cap && c->refused ? " and " : "",
+             c->refused ? "as the output memory budget (--max-output-memory) ran out" : "");
+    /* The budget is the daemon's, shared by every process: running out of it is news. */
+    sbx_log(c->refused ? SBX_LOG_WARN : SBX_LOG_INFO, 0,
+            "execute: output truncated: %llu bytes of stdout and %llu of stderr dropped %s",
+            (unsigned long long)c->dropped[0], (unsigned long long)c->dropped[1], why);
     return n;
 }
 

@@ -181,7 +181,8 @@ static bool entry_key(struct wire w, struct wire *key)
 static int find_nul(const ProtobufCMessageDescriptor *d, struct wire w, char *name, size_t size,
                     size_t len, unsigned depth);
 
-/* Checks one length-delimited field f of a message (its index-th occurrence) named at *len. */
+/* Checks the bytes of one length-delimited field f of a message of type d (its index-th
+ * occurrence there); name holds the message's name in its first len bytes. */
 static int field_nul(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
                      unsigned index, struct wire bytes, char *name, size_t size, size_t len,
                      unsigned depth)
