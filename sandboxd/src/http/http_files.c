@@ -14,6 +14,7 @@
 #include "cleanup.h"
 #include "http_args.h"
 #include "http_files.h"
+#include "http_multipart.h"
 #include "http_request.h"
 #include "metrics.h"
 #include "utf8.h"
@@ -247,25 +248,9 @@ static enum MHD_Result delete_file(struct hctx *c)
 
 /* --- uploads --- */
 
-static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *key,
-                               const char *filename, const char *content_type,
-                               const char *transfer_encoding, const char *data, uint64_t off,
-                               size_t size)
+static int write_part(void *cls, const char *data, size_t len, struct sbx_error *err)
 {
-    struct hreq *r = cls;
-
-    (void)kind;
-    (void)filename;
-    (void)content_type;
-    (void)transfer_encoding;
-    (void)off;
-    if (!key || strcmp(key, "file") != 0 || r->upload_error)
-        return MHD_YES;
-    r->saw_file_part = true;
-    if (size == 0)
-        return MHD_YES;
-    r->upload_error = sbx_fs_writer_write(r->w, data, size, &r->err);
-    return r->upload_error < 0 ? MHD_NO : MHD_YES;
+    return sbx_fs_writer_write(cls, data, len, err);
 }
 
 static bool is_multipart(struct hctx *c)
@@ -281,7 +266,7 @@ static int upload_begin(struct hctx *c)
     struct hreq *r = c->r;
     const char *m = sbx_http_arg(c, "mode"), *cl = sbx_http_header(c, "Content-Length");
     mode_t mode = 0644;
-    char msg[160];
+    char msg[160], boundary[SBX_MULTIPART_BOUNDARY_MAX + 1];
     int rc;
 
     if (m && m[0] && sbx_http_parse_mode(m, &mode) < 0) {
@@ -302,16 +287,18 @@ static int upload_begin(struct hctx *c)
     } else {
         rc = sbx_fs_writer_begin(c->h->o.root, c->path, mode, &r->w, &r->err);
         if (rc == 0 && is_multipart(c)) {
-            r->pp = MHD_create_post_processor(c->conn, 64 * 1024, on_part, r);
-            if (!r->pp) {
+            if (sbx_multipart_boundary(sbx_http_header(c, "Content-Type"), boundary) < 0) {
+                sbx_http_upload_release(r);
                 sbx_http_respond_error(c, 400, "INVALID_ARGUMENT",
                                        "invalid multipart body: no multipart boundary param in "
                                        "Content-Type");
                 return -1;
             }
+            rc = sbx_multipart_new(boundary, write_part, r->w, &r->mp, &r->err);
         }
     }
     if (rc < 0) {
+        sbx_http_upload_release(r);
         respond_fs_error(c, rc, &r->err);
         return -1;
     }
@@ -326,11 +313,8 @@ static int upload_feed(struct hctx *c, const char *data, size_t n)
         return sbx_tar_unpack_write(r->tar, data, n, &r->err);
     if (!r->w)
         return sbx_error_set(&r->err, EIO, "no upload open");
-    if (r->pp) {
-        if (MHD_post_process(r->pp, data, n) != MHD_YES && !r->upload_error)
-            return sbx_error_set(&r->err, EINVAL, "invalid multipart body");
-        return r->upload_error;
-    }
+    if (r->mp)
+        return sbx_multipart_feed(r->mp, data, n, &r->err);
     return sbx_fs_writer_write(r->w, data, n, &r->err);
 }
 
@@ -343,20 +327,22 @@ static enum MHD_Result upload_finish(struct hctx *c)
     uint64_t size = 0;
     int rc;
 
+    /* A refused body leaves nothing behind by the time the answer is read: its temp file (or
+     * the tar entry in progress) goes before the answer is queued. */
     if (r->tar) {
         rc = sbx_tar_unpack_finish(r->tar, &r->err);
-        if (rc < 0)
+        if (rc < 0) {
+            sbx_http_upload_release(r);
             return respond_fs_error(c, rc, &r->err);
+        }
         return sbx_http_respond_json(c, 200, json_pack("{s:I}", "entries", (json_int_t)rc));
     }
-    if (r->pp) {
-        MHD_destroy_post_processor(r->pp);
-        r->pp = NULL;
-        if (r->upload_error)
-            return respond_fs_error(c, r->upload_error, &r->err);
-        if (!r->saw_file_part)
-            return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT",
-                                          "multipart body is missing the required \"file\" part");
+    if (r->mp) {
+        rc = sbx_multipart_finish(r->mp, &r->err);
+        if (rc < 0) {
+            sbx_http_upload_release(r);
+            return respond_fs_error(c, rc, &r->err);
+        }
     }
     rc = sbx_fs_writer_commit(TAKE_PTR(r->w), &size, sha, &r->err);
     if (rc < 0)

@@ -13,6 +13,7 @@
 #include "files.h"
 #include "http_server.h"
 
+struct sbx_multipart;
 struct sbx_tar_unpack;
 
 struct sbx_http {
@@ -34,9 +35,7 @@ struct hreq {
     struct sbx_fs_writer *w;
     struct sbx_tar_unpack *tar;
     int tar_dirfd;
-    struct MHD_PostProcessor *pp;
-    bool saw_file_part;
-    int upload_error; /* -errno of a failed write, answered at the end */
+    struct sbx_multipart *mp; /* a multipart/form-data body's parser */
     struct sbx_error err;
     uint64_t received;
     /* small bodies (JSON) */

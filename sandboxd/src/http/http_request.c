@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "http_multipart.h"
 #include "metrics.h"
 #include "tar.h"
 
@@ -140,9 +141,8 @@ const char *sbx_http_header(struct hctx *c, const char *name)
 
 void sbx_http_upload_release(struct hreq *r)
 {
-    if (r->pp)
-        MHD_destroy_post_processor(r->pp);
-    r->pp = NULL;
+    sbx_multipart_free(r->mp);
+    r->mp = NULL;
     sbx_fs_writer_abort(r->w);
     r->w = NULL;
     sbx_tar_unpack_free(r->tar);

@@ -1,0 +1,209 @@
+/* The multipart/form-data parser: whole forms give their "file" part's bytes, whatever pieces
+ * the body comes in; a body that is not whole is refused with its reason. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_multipart.h"
+#include "tap.h"
+
+struct sink {
+    char buf[4096];
+    size_t len;
+    int fail_at; /* fail the write that would pass this many bytes (0: never) */
+};
+
+static int collect(void *cls, const char *data, size_t len, struct sbx_error *err)
+{
+    struct sink *s = cls;
+
+    if (s->fail_at && s->len + len > (size_t)s->fail_at)
+        return sbx_error_set(err, ENOSPC, "disk full");
+    if (s->len + len > sizeof(s->buf))
+        return sbx_error_set(err, EFBIG, "too much");
+    memcpy(s->buf + s->len, data, len);
+    s->len += len;
+    return 0;
+}
+
+/* Parses body in pieces of step bytes; returns 0 or -errno with the message in msg. */
+static int parse(const char *boundary, const char *body, size_t len, size_t step, struct sink *s,
+                 char msg[256])
+{
+    struct sbx_multipart *m = NULL;
+    struct sbx_error e = {0};
+    int r = sbx_multipart_new(boundary, collect, s, &m, &e);
+
+    for (size_t off = 0; r == 0 && off < len; off += step)
+        r = sbx_multipart_feed(m, body + off, len - off < step ? len - off : step, &e);
+    if (r == 0)
+        r = sbx_multipart_finish(m, &e);
+    snprintf(msg, 256, "%s", r < 0 ? e.msg : "");
+    sbx_multipart_free(m);
+    return r;
+}
+
+/* body must give exactly want, in pieces of every size. */
+static void whole(const char *what, const char *body, const char *want)
+{
+    size_t len = strlen(body);
+    bool all = true;
+    char msg[256] = "";
+
+    for (size_t step = 1; step <= len; step++) {
+        struct sink s = {0};
+        int r = parse("XX", body, len, step, &s, msg);
+        if (r != 0 || s.len != strlen(want) || memcmp(s.buf, want, s.len) != 0) {
+            ok(0, "%s: in pieces of %zu: %d '%s', %zu bytes", what, step, r, msg, s.len);
+            all = false;
+            break;
+        }
+    }
+    ok(all, "%s: accepted in pieces of every size", what);
+}
+
+/* body must be refused with the reason want, in pieces of every size, and nothing more than
+ * a prefix of the content may have been handed on. */
+static void refused(const char *what, const char *body, const char *want)
+{
+    size_t len = strlen(body);
+    bool all = true;
+    char msg[256] = "";
+
+    for (size_t step = 1; step <= len; step++) {
+        struct sink s = {0};
+        int r = parse("XX", body, len, step, &s, msg);
+        if (r != -EINVAL || strcmp(msg, want) != 0) {
+            ok(0, "%s: in pieces of %zu: %d '%s'", what, step, r, msg);
+            all = false;
+            break;
+        }
+    }
+    ok(all, "%s: refused in pieces of every size: %s", what, want);
+}
+
+#define PART(name) "Content-Disposition: form-data; name=\"" name "\"\r\n\r\n"
+#define FILEPART   "Content-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n"
+
+static void forms(void)
+{
+    whole("one part", "--XX\r\n" FILEPART "hello\r\n--XX--\r\n", "hello");
+    whole("no epilogue line end", "--XX\r\n" FILEPART "hello\r\n--XX--", "hello");
+    whole("empty content", "--XX\r\n" FILEPART "\r\n--XX--\r\n", "");
+    whole("preamble and epilogue",
+          "preamble --XX \r\n-\r\n--XX\r\n" FILEPART "x\r\n--XX--\r\nepilogue\r\n--XX\r\n"
+          "Content-Disposition: form-data\r\n\r\n",
+          "x");
+    whole("other parts around it",
+          "--XX\r\n" PART("a") "1\r\n--XX\r\n" FILEPART "abc\r\n--XX\r\n" PART("b") "2\r\n--XX--",
+          "abc");
+    whole("content that looks like the delimiter's start",
+          "--XX\r\n" FILEPART "\r\r\n\r\n-\r\n--\r\n--X\r\n-XX\r\n\r\n--XX--",
+          "\r\r\n\r\n-\r\n--\r\n--X\r\n-XX\r\n");
+    whole("transport padding after a delimiter", "--XX \t\r\n" FILEPART "p\r\n--XX--  ", "p");
+    whole("header names in any case, other headers, quoted name",
+          "--XX\r\nContent-Type: text/plain\r\ncontent-disposition:FORM-DATA;NAME=\"fi\\le\"\r\n"
+          "\r\nq\r\n--XX--",
+          "q");
+    whole("a token name", "--XX\r\nContent-Disposition: form-data; name=file\r\n\r\nt\r\n--XX--",
+          "t");
+    whole("bare LF header lines",
+          "--XX\r\nContent-Disposition: form-data; name=file\n\nl\r\n--XX--", "l");
+}
+
+static void not_whole(void)
+{
+    static const char *const cut = "invalid multipart body: a part does not end with its boundary";
+    static const char *const early =
+        "invalid multipart body: the body ends before the closing boundary";
+
+    refused("no closing boundary (issue 16)", "--XX\r\n" FILEPART "0123456789abcdefghijklmnopqr",
+            cut);
+    refused("content ending in a partial delimiter", "--XX\r\n" FILEPART "abc\r\n--X", cut);
+    refused("a delimiter, then nothing", "--XX\r\n" FILEPART "abc\r\n--XX", early);
+    refused("a delimiter and a line end, then nothing", "--XX\r\n" FILEPART "abc\r\n--XX\r\n",
+            early);
+    refused("cut inside the next part's headers", "--XX\r\n" FILEPART "abc\r\n--XX\r\nContent-Disp",
+            early);
+    refused("cut inside the file part's headers", "--XX\r\nContent-Disposition: form", early);
+    refused("a closing boundary cut after one dash", "--XX\r\n" FILEPART "abc\r\n--XX-", early);
+    refused("no boundary at all", "just bytes", early);
+    refused("empty body", "", early);
+    refused("a second file part", "--XX\r\n" FILEPART "a\r\n--XX\r\n" FILEPART "b\r\n--XX--\r\n",
+            "invalid multipart body: a second \"file\" part");
+    refused("a part without a name", "--XX\r\n" FILEPART "a\r\n--XX\r\n\r\nb\r\n--XX--",
+            "invalid multipart body: a part has no name");
+    refused("a part with an empty name",
+            "--XX\r\nContent-Disposition: form-data; name=\"\"\r\n\r\nb\r\n--XX--",
+            "invalid multipart body: a part has no name");
+    refused("a disposition other than form-data",
+            "--XX\r\nContent-Disposition: attachment; name=\"file\"\r\n\r\nb\r\n--XX--",
+            "invalid multipart body: a part has no name");
+    refused("a boundary followed by junk", "--XX\r\n" FILEPART "a\r\n--XXY\r\n--XX--",
+            "invalid multipart body: a boundary is followed by neither \"--\" nor a line end");
+    refused("no file part", "--XX\r\n" PART("other") "a\r\n--XX--",
+            "multipart body is missing the required \"file\" part");
+}
+
+static void limits(void)
+{
+    size_t n = 20000;
+    char *big = malloc(n + 64), msg[256];
+    struct sink s = {.fail_at = 3};
+    int r;
+
+    strcpy(big, "--XX\r\nX-Long: ");
+    memset(big + strlen(big), 'a', n);
+    big[14 + n] = '\0';
+    strcat(big, "\r\n\r\n--XX--");
+    r = parse("XX", big, strlen(big), 4096, &s, msg);
+    ok(r == -EINVAL && strstr(msg, "part headers too large"), "long header line: %s", msg);
+    free(big);
+
+    memset(&s, 0, sizeof(s));
+    s.fail_at = 3;
+    r = parse("XX", "--XX\r\n" FILEPART "abcdef\r\n--XX--",
+              strlen("--XX\r\n" FILEPART "abcdef\r\n--XX--"), 1, &s, msg);
+    ok(r == -ENOSPC && strcmp(msg, "disk full") == 0, "a write's error stops it: %d %s", r, msg);
+}
+
+static void boundaries(void)
+{
+    char b[SBX_MULTIPART_BOUNDARY_MAX + 1];
+    char long71[100];
+    struct sbx_multipart *m = NULL;
+    struct sbx_error e = {0};
+
+    ok(sbx_multipart_boundary("multipart/form-data; boundary=XX", b) == 0 && !strcmp(b, "XX"),
+       "token boundary");
+    ok(sbx_multipart_boundary("Multipart/Form-Data;charset=utf-8; BOUNDARY=\"a b:c\"", b) == 0 &&
+           !strcmp(b, "a b:c"),
+       "quoted boundary after another parameter");
+    ok(sbx_multipart_boundary("multipart/form-data", b) == -EINVAL, "no boundary");
+    ok(sbx_multipart_boundary("multipart/form-data; boundary=", b) == -EINVAL, "empty boundary");
+    ok(sbx_multipart_boundary("multipart/form-data; boundary=\"ab \"", b) == -EINVAL,
+       "boundary ending in a space");
+    ok(sbx_multipart_boundary("multipart/form-data; boundary=\"a\rb\"", b) == -EINVAL,
+       "boundary with a CR");
+    ok(sbx_multipart_boundary("text/plain; boundary=XX", b) == -EINVAL, "not a form");
+    ok(sbx_multipart_boundary(NULL, b) == -EINVAL, "no Content-Type");
+    memset(long71, 'a', 71);
+    long71[71] = '\0';
+    {
+        char ct[200];
+        snprintf(ct, sizeof(ct), "multipart/form-data; boundary=%s", long71);
+        ok(sbx_multipart_boundary(ct, b) == -EINVAL, "71-character boundary");
+        ct[strlen(ct) - 1] = '\0';
+        ok(sbx_multipart_boundary(ct, b) == 0 && strlen(b) == 70, "70-character boundary");
+    }
+    ok(sbx_multipart_new("a\rb", collect, NULL, &m, &e) == -EINVAL && !m, "new refuses a CR");
+}
+
+int main(void)
+{
+    forms();
+    not_whole();
+    limits();
+    boundaries();
+    return done_testing();
+}
