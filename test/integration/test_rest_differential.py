@@ -5,7 +5,8 @@ meant to match word for word).
 Deliberate differences, not compared here (test_rest.py checks our side):
 - DELETE of a symlink removes the link itself; the reference acts on the link's target.
 - Our 204 to a PUT carries X-Sandboxd-Size, X-Sandboxd-Sha256 and Repr-Digest.
-- Several ranges: we send the whole file (200); the reference sends multipart/byteranges.
+- Several ranges: both send multipart/byteranges, each with a boundary of its own (compared by
+  their parts in test_multiple_ranges).
 - A raw `..` or `//` path: the reference's mux answers 307 to a cleaned path; we answer 403
   (`..`) or join the path under the root (`//`).
 - A malformed Range header (`bytes=x-y`): we ignore it (200, as RFC 9110 allows); the reference

@@ -32,35 +32,73 @@ static int digits(const char **s, uint64_t *ret)
     return 0;
 }
 
-int sbx_http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
+/* The range-spec [h, end) against size, answered as by sbx_http_parse_range. */
+static int parse_spec(const char *h, const char *end, uint64_t size, uint64_t *start,
+                      uint64_t *ret_end)
 {
     uint64_t a, b;
 
-    if (!h || strncmp(h, "bytes=", 6) != 0)
-        return 0;
-    h += 6;
     if (*h == '-') {
         h++;
-        if (digits(&h, &b) < 0 || *h)
+        if (digits(&h, &b) < 0 || h != end)
             return 0;
         if (b == 0 || size == 0)
             return -1;
         *start = b >= size ? 0 : size - b;
-        *end = size - 1;
+        *ret_end = size - 1;
         return 1;
     }
-    if (digits(&h, &a) < 0 || *h++ != '-')
+    if (digits(&h, &a) < 0 || h == end || *h++ != '-')
         return 0;
-    if (*h == '\0') {
+    if (h == end) {
         b = UINT64_MAX;
-    } else if (digits(&h, &b) < 0 || *h || b < a) {
-        return 0; /* malformed, several ranges, or one that ends before it starts */
+    } else if (digits(&h, &b) < 0 || h != end || b < a) {
+        return 0; /* malformed, or a range that ends before it starts */
     }
     if (a >= size)
         return -1;
     *start = a;
-    *end = b >= size ? size - 1 : b;
+    *ret_end = b >= size ? size - 1 : b;
     return 1;
+}
+
+int sbx_http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
+{
+    if (!h || strncmp(h, "bytes=", 6) != 0)
+        return 0;
+    return parse_spec(h + 6, h + strlen(h), size, start, end);
+}
+
+int sbx_http_parse_ranges(const char *h, uint64_t size, struct sbx_http_range *ret, size_t max)
+{
+    size_t n = 0, specs = 0;
+
+    if (!h || strncmp(h, "bytes=", 6) != 0)
+        return 0;
+    for (h += 6;;) {
+        const char *end;
+        uint64_t a, b;
+        int r;
+        while (*h == ' ' || *h == '\t' || *h == ',')
+            h++;
+        if (*h == '\0')
+            break;
+        end = h + strcspn(h, ", \t");
+        if (++specs > max)
+            return 0;
+        r = parse_spec(h, end, size, &a, &b);
+        if (r == 0)
+            return 0;
+        if (r > 0)
+            ret[n++] = (struct sbx_http_range){a, b};
+        for (h = end; *h == ' ' || *h == '\t'; h++)
+            ;
+        if (*h != ',' && *h != '\0')
+            return 0;
+    }
+    if (specs == 0)
+        return 0;
+    return n ? (int)n : -1;
 }
 
 json_t *sbx_http_parse_move(const char *body, size_t len, const char **from, const char **to,

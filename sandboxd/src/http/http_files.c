@@ -13,6 +13,7 @@
 
 #include "cleanup.h"
 #include "http_args.h"
+#include "http_download.h"
 #include "http_files.h"
 #include "http_multipart.h"
 #include "http_request.h"
@@ -158,45 +159,6 @@ static enum MHD_Result send_tar(struct hctx *c, int fd)
     return sbx_http_queue(c, 200, resp);
 }
 
-static enum MHD_Result send_file(struct hctx *c, int fd, const struct stat *st)
-{
-    uint64_t size = (uint64_t)st->st_size, start = 0, end = size ? size - 1 : 0;
-    int range = sbx_http_parse_range(sbx_http_header(c, "Range"), size, &start, &end);
-    struct MHD_Response *resp;
-    char buf[96];
-    struct tm tm;
-
-    if (range < 0) {
-        close(fd);
-        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        snprintf(buf, sizeof(buf), "bytes */%" PRIu64, size);
-        if (resp)
-            MHD_add_response_header(resp, "Content-Range", buf);
-        return sbx_http_queue(c, 416, resp);
-    }
-    if (range > 0)
-        resp = MHD_create_response_from_fd_at_offset64(end - start + 1, fd, start);
-    else
-        resp = MHD_create_response_from_fd64(size, fd);
-    if (!resp) {
-        close(fd);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
-    MHD_add_response_header(resp, "Accept-Ranges", "bytes");
-    gmtime_r(&st->st_mtim.tv_sec, &tm);
-    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    MHD_add_response_header(resp, "Last-Modified", buf);
-    if (strcmp(c->method, "HEAD") != 0)
-        sbx_metrics_bytes_out(range > 0 ? end - start + 1 : size);
-    if (range > 0) {
-        snprintf(buf, sizeof(buf), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
-        MHD_add_response_header(resp, "Content-Range", buf);
-        return sbx_http_queue(c, 206, resp);
-    }
-    return sbx_http_queue(c, 200, resp);
-}
-
 static bool wants_tar(struct hctx *c)
 {
     const char *a = sbx_http_arg(c, "archive");
@@ -221,7 +183,7 @@ static enum MHD_Result get_file(struct hctx *c)
         close(fd);
         return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", "not a regular file");
     }
-    return send_file(c, fd, &st);
+    return sbx_http_send_file(c, fd, &st);
 }
 
 static enum MHD_Result delete_file(struct hctx *c)
