@@ -792,6 +792,22 @@ def run_curl(args, timeout=HTTP_TIMEOUT + 5, check=False, input=None):
                           input=input)
 
 
+def byteranges(r):
+    """The parts of a multipart/byteranges body: [(Content-Range, bytes)]."""
+    m = re.fullmatch(r"multipart/byteranges; boundary=(\S+)", r.header("Content-Type") or "")
+    assert m, r
+    delim = b"--" + m.group(1).encode()
+    body = r.body
+    assert body.startswith(delim + b"\r\n") and body.endswith(b"\r\n" + delim + b"--\r\n"), body
+    parts = []
+    for chunk in body[len(delim) + 2:-(len(delim) + 6)].split(b"\r\n" + delim + b"\r\n"):
+        head, _, data = chunk.partition(b"\r\n\r\n")
+        h = dict(line.split(": ", 1) for line in head.decode().split("\r\n"))
+        assert h["Content-Type"] == "application/octet-stream", h
+        parts.append((h["Content-Range"], data))
+    return parts
+
+
 def vm_rss_kib(pid):
     """The resident set size of a process in KiB, or None when it is gone."""
     try:

@@ -108,8 +108,8 @@ def test_document_loads_and_is_consistent(doc):
 
 # What the brief of the REST API promises, route by route: these must be documented.
 EXPECTED = {
-    ("/v1/files/{path}", "get"): {"200", "206", "403", "404", "416"},
-    ("/v1/files/{path}", "head"): {"200", "404", "403"},
+    ("/v1/files/{path}", "get"): {"200", "206", "304", "403", "404", "416"},
+    ("/v1/files/{path}", "head"): {"200", "304", "404", "403"},
     ("/v1/files/{path}", "put"): {"200", "204", "400", "403", "413", "507"},
     ("/v1/files/{path}", "delete"): {"204", "400", "403", "404", "409"},
     ("/v1/files/", "delete"): {"204", "409", "400"},
@@ -137,13 +137,14 @@ def test_documented_statuses_headers_and_schemas(doc):
     ok200 = resolve(doc, files["get"]["responses"]["200"])
     assert {"application/octet-stream", "application/json", "application/x-tar"} <= \
         set(ok200["content"])
-    assert {"Accept-Ranges", "Last-Modified"} <= set(ok200["headers"])
+    assert {"Accept-Ranges", "ETag", "Last-Modified"} <= set(ok200["headers"])
     body = resolve(doc, files["put"]["requestBody"])["content"]
     assert "file" in resolve(doc, body["multipart/form-data"]["schema"])["properties"]
     qp = {resolve(doc, p)["name"] for p in files["put"]["parameters"]}
     assert {"mode", "archive"} <= qp
     assert "recursive" in {resolve(doc, p)["name"] for p in files["delete"]["parameters"]}
-    assert "Range" in {resolve(doc, p)["name"] for p in files["get"]["parameters"]}
+    assert {"Range", "If-Range", "If-None-Match", "If-Modified-Since"} <= \
+        {resolve(doc, p)["name"] for p in files["get"]["parameters"]}
     dirs = {resolve(doc, p)["name"] for p in doc["paths"]["/v1/dirs/{path}"]["put"]["parameters"]}
     assert {"parents", "mode"} <= dirs
     s = doc["components"]["schemas"]

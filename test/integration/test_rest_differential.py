@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from conftest import HttpResponse, http_request, run_curl
+from conftest import HttpResponse, byteranges, http_request, run_curl
 
 T = 5.0  # seconds: bound of each request
 MTIME = 1_650_000_000
@@ -155,6 +155,30 @@ def test_range(pair, rng):
     if a.status in (200, 206):
         assert a.body == b.body
         assert a.header("Content-Type") == b.header("Content-Type")
+
+
+@pytest.mark.parametrize("rng", ["bytes=0-1,5-6", "bytes=8-,0-0", "bytes=0-1,-3",
+                                 "bytes=0-1,500-600", "bytes=500-,600-", "bytes=0-,0-"])
+def test_multiple_ranges(pair, rng):
+    a, b = both(pair, "GET", "/v1/files/dir1/a.txt", headers={"Range": rng})
+    info = f"\n  reference: {a!r}\n  ours:      {b!r}"
+    assert a.status == b.status, info
+    if (a.header("Content-Type") or "").startswith("multipart/byteranges"):
+        assert byteranges(a) == byteranges(b), info
+    elif a.status in (200, 206):
+        assert a.body == b.body and a.header("Content-Range") == b.header("Content-Range"), info
+    else:
+        assert a.header("Content-Range") == b.header("Content-Range"), info
+
+
+@pytest.mark.parametrize("hdr", ["If-Modified-Since", "If-Range"])
+def test_conditional_on_the_date(pair, hdr):
+    for d in pair:
+        os.utime(d.root / "dir1" / "a.txt", (MTIME, MTIME))
+    lm = both(pair, "GET", "/v1/files/dir1/a.txt")[0].header("Last-Modified")
+    headers = {hdr: lm, "Range": "bytes=0-1"} if hdr == "If-Range" else {hdr: lm}
+    a, b = same(pair, "GET", "/v1/files/dir1/a.txt", headers=headers, hdrs=("Content-Range",))
+    assert a.status == (206 if hdr == "If-Range" else 304)
 
 
 @pytest.mark.parametrize("path", ["missing", "missing/deeper", "dir1/missing.txt", "dangling"])

@@ -21,7 +21,7 @@ from email.utils import formatdate
 
 import pytest
 
-from conftest import http_request, run_curl, temp_files, wait_until
+from conftest import byteranges, http_request, run_curl, temp_files, wait_until
 
 T = 5.0  # seconds: bound of every exchange on loopback
 OLD = b"the existing content, which must survive\n"
@@ -348,22 +348,6 @@ def test_if_range(sandboxd, dl):
     for stale in ('"other"', "W/" + tag, formatdate(1_600_000_000, usegmt=True), "junk"):
         r = get(sandboxd, url, {**rng, "If-Range": stale})
         assert r.status == 200 and r.body == DATA, (stale, r)
-
-
-def byteranges(r):
-    """The parts of a multipart/byteranges body: [(Content-Range, bytes)]."""
-    m = re.fullmatch(r"multipart/byteranges; boundary=(\S+)", r.header("Content-Type") or "")
-    assert m, r
-    delim = b"--" + m.group(1).encode()
-    body = r.body
-    assert body.startswith(delim + b"\r\n") and body.endswith(b"\r\n" + delim + b"--\r\n"), body
-    parts = []
-    for chunk in body[len(delim) + 2:-(len(delim) + 6)].split(b"\r\n" + delim + b"\r\n"):
-        head, _, data = chunk.partition(b"\r\n\r\n")
-        h = dict(line.split(": ", 1) for line in head.decode().split("\r\n"))
-        assert h["Content-Type"] == "application/octet-stream", h
-        parts.append((h["Content-Range"], data))
-    return parts
 
 
 def test_several_ranges(sandboxd, dl):
