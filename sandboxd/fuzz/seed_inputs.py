@@ -61,6 +61,19 @@ for name, size, s in [('first', 1000, 'bytes=0-99'), ('suffix', 1000, 'bytes=-5'
                       ('signed', 1000, 'bytes=--5'), ('plus', 1000, 'bytes=+1-2'),
                       ('space', 1000, 'bytes= 1-2'), ('unit', 1000, 'items=0-1')]:
     write('http_args', 'range_' + name, b'\2' + struct.pack('<Q', size) + s.encode())
+# op 3: a range set (8 bytes of size, then the header); op 4: a condition (If-None-Match,
+# If-Range or a date) against the target's fixed tag and mtime
+for name, size, s in [('two', 1000, 'bytes=0-1,5-6'), ('blanks', 1000, 'bytes= 0-1 ,, -5 ,'),
+                      ('one_past', 10, 'bytes=20-,0-0'), ('none', 10, 'bytes=20-,30-40'),
+                      ('bad_one', 1000, 'bytes=0-1,x'), ('no_comma', 1000, 'bytes=0-1 2-3'),
+                      ('many', 1000, 'bytes=' + ','.join(f'{i}-{i}' for i in range(17))),
+                      ('overlap', 1000, 'bytes=0-999,1-1000')]:
+    write('http_args', 'ranges_' + name, b'\3' + struct.pack('<Q', size) + s.encode())
+for name, s in [('tag', '"a1-14-65.000000001"'), ('weak', 'W/"a1-14-65.000000001"'),
+                ('star', '*'), ('list', '"x", W/"a1-14-65.000000001"'), ('bad', '"x" y'),
+                ('imf', 'Sun, 06 Nov 1994 08:49:37 GMT'), ('rfc850', 'Sunday, 06-Nov-94 08:49:37 GMT'),
+                ('asctime', 'Sun Nov  6 08:49:37 1994'), ('date_junk', 'Sun, 06 Nov 1994 08:49:37 GMTx')]:
+    write('http_args', 'cond_' + name, b'\4' + s.encode())
 
 # --- move_body: the JSON body
 moves = {
@@ -202,6 +215,8 @@ def req(method, target, headers=(), body=b'', version='HTTP/1.1'):
 
 
 CHUNKED = ('Transfer-Encoding: chunked',)
+MP = ('Content-Type: multipart/form-data; boundary=b',)
+MP_FILE = b'--b\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\n'
 http = [
     ('get_file', NOAUTH, req('GET', '/v1/files/file')),
     ('get_dir', NOAUTH, req('GET', '/v1/files/dir')),
@@ -227,6 +242,36 @@ http = [
     ('put_multipart', NOAUTH, req('PUT', '/v1/files/mp', [
         'Content-Type: multipart/form-data; boundary=b'],
         b'--b\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\ndata\r\n--b--\r\n')),
+    # Multipart forms that are not whole: refused, nothing written (issue 16).
+    ('put_multipart_no_close', NOAUTH, req('PUT', '/v1/files/file', MP,
+        MP_FILE + b'0123456789abcdefghijklmnopqr')),
+    ('put_multipart_after_delim', NOAUTH, req('PUT', '/v1/files/mp', MP,
+        MP_FILE + b'data\r\n--b\r\n')),
+    ('put_multipart_two_files', SMALL_WRITES, req('PUT', '/v1/files/file', MP,
+        MP_FILE + b'one\r\n' + MP_FILE + b'two\r\n--b--\r\n')),
+    ('put_multipart_no_name', NOAUTH, req('PUT', '/v1/files/mp', MP,
+        b'--b\r\nContent-Type: text/plain\r\n\r\nx\r\n' + MP_FILE + b'data\r\n--b--')),
+    ('put_multipart_junk', NOAUTH, req('PUT', '/v1/files/mp', MP,
+        MP_FILE + b'data\r\n--bjunk\r\n--b--')),
+    ('put_multipart_chunked_cut', SMALL_WRITES, req('PUT', '/v1/files/file', MP + CHUNKED,
+        b'%x\r\n' % len(MP_FILE + b'data') + MP_FILE + b'data\r\n')),
+    ('put_multipart_whole_then_get', NOAUTH, req('PUT', '/v1/files/mp', MP,
+        b'pre\r\n--b\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n' + MP_FILE +
+        b'd\r\n--\r\n--b--\r\nepilogue') + req('GET', '/v1/files/mp')),
+    # Conditional and partial downloads.
+    ('get_ranges', NOAUTH, req('GET', '/v1/files/file', ['Range: bytes=0-1, 3-4,-1'])),
+    ('head_ranges', NOAUTH, req('HEAD', '/v1/files/file', ['Range: bytes=0-0,2-2']) +
+     req('GET', '/v1/health')),
+    ('get_ranges_none', NOAUTH, req('GET', '/v1/files/file', ['Range: bytes=50-,60-70'])),
+    ('get_ranges_overlap', NOAUTH, req('GET', '/v1/files/file', ['Range: bytes=0-,0-'])),
+    ('get_if_none_match', NOAUTH, req('GET', '/v1/files/file', ['If-None-Match: *']) +
+     req('GET', '/v1/files/file', ['If-None-Match: W/"x", "y"'])),
+    ('get_if_modified_since', NOAUTH, req('GET', '/v1/files/file',
+        ['If-Modified-Since: Fri, 31 Dec 9999 23:59:59 GMT']) + req('HEAD', '/v1/files/file',
+        ['If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT'])),
+    ('get_if_range', NOAUTH, req('GET', '/v1/files/file', ['Range: bytes=1-2',
+        'If-Range: "nope"']) + req('GET', '/v1/files/file', ['Range: bytes=1-2,4-4',
+        'If-Range: Sun, 06 Nov 1994 08:49:37 GMT'])),
     ('put_tar_garbage', NOAUTH, req('PUT', '/v1/files/dir?archive=tar', body=b'\0' * 512 + b'x')),
     ('delete', NOAUTH, req('DELETE', '/v1/files/dir?recursive=true')),
     ('delete_nonempty', NOAUTH, req('DELETE', '/v1/files/dir')),

@@ -1,23 +1,35 @@
 /* libFuzzer target for the REST API's query parameters and headers, parsed by http_args.c and
  * sbx_http_parse_bool as the handlers call them: mode= (PUT /v1/files, PUT /v1/dirs),
- * recursive= and parents= (booleans), and the Range header of GET /v1/files.
+ * recursive= and parents= (booleans), and the Range, If-None-Match, If-Range and date headers
+ * of GET /v1/files (http_cond.c).
  *
- * Input: one byte choosing the parser, then (for Range) 8 bytes of file size, then the value
- * (cut at a NUL). Each parser is held against the grammar it documents, written as a POSIX
- * regular expression here:
+ * Input: one byte choosing the parser, then (for Range and range sets) 8 bytes of file size,
+ * then the value (cut at a NUL). Each parser is held against the grammar it documents, written
+ * as a POSIX regular expression here, or against another parser already held to one:
  *   mode   accepted exactly when ^0[0-7]{3}$, and then the octal value;
  *   bool   accepted exactly for Go's strconv.ParseBool spellings;
  *   Range  honoured (1 or -1) only for ^bytes=([0-9]+-[0-9]*|-[0-9]+)$; when 1,
- *          start <= end < size and the range is the one the header names, clamped to the size. */
+ *          start <= end < size and the range is the one the header names, clamped to the size;
+ *   range set  exactly the ranges sbx_http_parse_range gives for each comma-separated element
+ *          (blanks around, empty elements skipped), in order; 0 when one is malformed or there
+ *          are more than the maximum, -1 when none is satisfiable;
+ *   conditions  If-None-Match matches the file's tag when it is the tag, W/ and the tag, or *,
+ *          and never when the value does not hold the tag's opaque part (nor is *); If-Range
+ *          never honours a weak tag; a date that parses formats to an IMF-fixdate that parses
+ *          to the same time. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <regex.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fuzz_box.h"
 #include "http_args.h"
+#include "http_cond.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -108,6 +120,82 @@ static void check_range(const char *h, uint64_t size)
           "range '%s' (size %" PRIu64 "): %d [%" PRIu64 ", %" PRIu64 "]", h, size, r, start, end);
 }
 
+#define MAX_SET 4
+
+/* What sbx_http_parse_ranges must answer for h, from sbx_http_parse_range on each element. */
+static int expected_set(const char *h, uint64_t size, struct sbx_http_range *want)
+{
+    char *copy, *save = NULL, *el, one[4200];
+    int n = 0, specs = 0, verdict = 1;
+
+    if (strncmp(h, "bytes=", 6) != 0)
+        return 0;
+    copy = strdup(h + 6);
+    CHECK(copy, "out of memory");
+    for (el = strtok_r(copy, ",", &save); el && verdict; el = strtok_r(NULL, ",", &save)) {
+        size_t len;
+        uint64_t a, b;
+        int r;
+        el += strspn(el, " \t");
+        for (len = strlen(el); len && (el[len - 1] == ' ' || el[len - 1] == '\t'); len--)
+            ;
+        el[len] = '\0';
+        if (!len)
+            continue;
+        if (++specs > MAX_SET || strpbrk(el, " \t")) {
+            verdict = 0;
+            break;
+        }
+        snprintf(one, sizeof(one), "bytes=%s", el);
+        r = sbx_http_parse_range(one, size, &a, &b);
+        if (r == 0)
+            verdict = 0;
+        else if (r > 0)
+            want[n++] = (struct sbx_http_range){a, b};
+    }
+    free(copy);
+    if (!verdict || specs == 0)
+        return 0;
+    return n ? n : -1;
+}
+
+static void check_set(const char *h, uint64_t size)
+{
+    struct sbx_http_range got[MAX_SET], want[MAX_SET];
+    int n = sbx_http_parse_ranges(h, size, got, MAX_SET), e = expected_set(h, size, want);
+
+    CHECK(n == e, "range set '%s' (size %" PRIu64 "): %d, expected %d", h, size, n, e);
+    for (int i = 0; i < n; i++)
+        CHECK(got[i].start == want[i].start && got[i].end == want[i].end && got[i].end < size,
+              "range set '%s': range %d [%" PRIu64 ", %" PRIu64 "]", h, i, got[i].start,
+              got[i].end);
+}
+
+static void check_cond(const char *s)
+{
+    static const char *const tag = "\"a1-14-65.000000001\"";
+    char weak[64], formatted[SBX_HTTP_DATE_MAX];
+    bool hit = sbx_http_not_modified(s, NULL, tag, 5);
+    time_t t, again;
+
+    snprintf(weak, sizeof(weak), "W/%s", tag);
+    if (!strcmp(s, tag) || !strcmp(s, weak) || !strcmp(s, "*"))
+        CHECK(hit, "If-None-Match '%s' does not match", s);
+    if (!strstr(s, "a1-14-65.000000001") && !strchr(s, '*'))
+        CHECK(!hit, "If-None-Match '%s' matches without the tag", s);
+    if (!strncmp(s, "W/", 2) || !strstr(s, tag))
+        CHECK(!sbx_http_if_range(s, tag, 5, 10) || sbx_http_parse_date(s, &t) == 0,
+              "If-Range '%s' honoured", s);
+    CHECK(sbx_http_if_range(NULL, tag, 5, 10), "no If-Range");
+    if (sbx_http_parse_date(s, &t) == 0) {
+        sbx_http_format_date(t, formatted);
+        CHECK(sbx_http_parse_date(formatted, &again) == 0 && again == t,
+              "date '%s' -> '%s' does not round-trip", s, formatted);
+        CHECK(sbx_http_not_modified(NULL, s, tag, t) && !sbx_http_not_modified(NULL, s, tag, t + 1),
+              "If-Modified-Since '%s'", s);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint64_t file_size = 0;
@@ -116,10 +204,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < 1 || size > 4096)
         return 0;
-    op = data[0] % 3;
+    op = data[0] % 5;
     data++;
     size--;
-    if (op == 2) {
+    if (op == 2 || op == 3) {
         if (size < 8)
             return 0;
         memcpy(&file_size, data, 8);
@@ -132,8 +220,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_mode(s);
     else if (op == 1)
         check_bool(s);
-    else
+    else if (op == 2)
         check_range(s, file_size);
+    else if (op == 3)
+        check_set(s, file_size);
+    else
+        check_cond(s);
     free(s);
     return 0;
 }
