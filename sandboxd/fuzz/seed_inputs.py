@@ -63,7 +63,7 @@ for name, size, s in [('first', 1000, 'bytes=0-99'), ('suffix', 1000, 'bytes=-5'
     write('http_args', 'range_' + name, b'\2' + struct.pack('<Q', size) + s.encode())
 # op 3: a range set (8 bytes of size, then the header); op 4: a condition (If-None-Match,
 # If-Range or a date) against the target's fixed tag and mtime
-for name, size, s in [('two', 1000, 'bytes=0-1,5-6'), ('blanks', 1000, 'bytes= 0-1 ,, -5 ,'),
+for name, size, s in [('two', 1000, 'bytes=0-1,5-6'), ('blanks', 1000, 'bytes=0-1 ,, -5 , '),
                       ('one_past', 10, 'bytes=20-,0-0'), ('none', 10, 'bytes=20-,30-40'),
                       ('bad_one', 1000, 'bytes=0-1,x'), ('no_comma', 1000, 'bytes=0-1 2-3'),
                       ('many', 1000, 'bytes=' + ','.join(f'{i}-{i}' for i in range(17))),

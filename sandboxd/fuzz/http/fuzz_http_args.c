@@ -11,8 +11,9 @@
  *   Range  honoured (1 or -1) only for ^bytes=([0-9]+-[0-9]*|-[0-9]+)$; when 1,
  *          start <= end < size and the range is the one the header names, clamped to the size;
  *   range set  exactly the ranges sbx_http_parse_range gives for each comma-separated element
- *          (blanks around, empty elements skipped), in order; 0 when one is malformed or there
- *          are more than the maximum, -1 when none is satisfiable;
+ *          (blanks around commas, empty elements skipped), in order; 0 when one is malformed,
+ *          there are more than the maximum, or blanks start the set or end it without a
+ *          comma; -1 when none is satisfiable;
  *   conditions  If-None-Match matches the file's tag when it is the tag, W/ and the tag, or *,
  *          and never when the value does not hold the tag's opaque part (nor is *); If-Range
  *          never honours a weak tag; a date that parses formats to an IMF-fixdate that parses
@@ -130,6 +131,12 @@ static int expected_set(const char *h, uint64_t size, struct sbx_http_range *wan
 
     if (strncmp(h, "bytes=", 6) != 0)
         return 0;
+    /* No blank before the first element, nor after the last unless a comma follows it. */
+    if (strchr(" \t", h[6]) && h[6])
+        return 0;
+    for (size_t len = strlen(h); len > 6 && strchr(" \t", h[len - 1]); len--)
+        if (len - 1 == 6 || !strchr(" \t,", h[len - 2]))
+            return 0;
     copy = strdup(h + 6);
     CHECK(copy, "out of memory");
     for (el = strtok_r(copy, ",", &save); el && verdict; el = strtok_r(NULL, ",", &save)) {

@@ -69,31 +69,39 @@ int sbx_http_parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t
     return parse_spec(h + 6, h + strlen(h), size, start, end);
 }
 
+static const char *skip_blanks(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
 int sbx_http_parse_ranges(const char *h, uint64_t size, struct sbx_http_range *ret, size_t max)
 {
     size_t n = 0, specs = 0;
+    const char *p, *q;
 
     if (!h || strncmp(h, "bytes=", 6) != 0)
         return 0;
-    for (h += 6;;) {
-        const char *end;
-        uint64_t a, b;
-        int r;
-        while (*h == ' ' || *h == '\t' || *h == ',')
-            h++;
-        if (*h == '\0')
+    /* RFC 9110 §5.6.1.2 as a recipient reads a list: [ element ] *( OWS "," OWS [ element ] );
+     * no blank before the first element nor after the last (a single range is read so too). */
+    for (p = h + 6;; p = skip_blanks(q + 1)) {
+        if (*p != ',' && *p != '\0') {
+            const char *end = p + strcspn(p, ", \t");
+            uint64_t a, b;
+            int r = ++specs > max ? 0 : parse_spec(p, end, size, &a, &b);
+            if (r == 0)
+                return 0;
+            if (r > 0)
+                ret[n++] = (struct sbx_http_range){a, b};
+            p = end;
+        }
+        q = skip_blanks(p);
+        if (*q == '\0' && q != p)
+            return 0;
+        if (*q == '\0')
             break;
-        end = h + strcspn(h, ", \t");
-        if (++specs > max)
-            return 0;
-        r = parse_spec(h, end, size, &a, &b);
-        if (r == 0)
-            return 0;
-        if (r > 0)
-            ret[n++] = (struct sbx_http_range){a, b};
-        for (h = end; *h == ' ' || *h == '\t'; h++)
-            ;
-        if (*h != ',' && *h != '\0')
+        if (*q != ',')
             return 0;
     }
     if (specs == 0)

@@ -94,7 +94,7 @@ static void ranges(void)
     ok(sbx_http_parse_ranges("bytes=0-1,5-6", 20, r, 4) == 2 && r[0].start == 0 && r[0].end == 1 &&
            r[1].start == 5 && r[1].end == 6,
        "two ranges");
-    ok(sbx_http_parse_ranges("bytes= 0-1 , , -3,", 20, r, 4) == 2 && r[1].start == 17 &&
+    ok(sbx_http_parse_ranges("bytes=0-1 , , -3, ", 20, r, 4) == 2 && r[1].start == 17 &&
            r[1].end == 19,
        "blanks, empty elements, a suffix");
     ok(sbx_http_parse_ranges("bytes=50-60,0-0", 20, r, 4) == 1 && r[0].start == 0 && r[0].end == 0,
@@ -103,6 +103,9 @@ static void ranges(void)
     ok(sbx_http_parse_ranges("bytes=0-1,x", 20, r, 4) == 0, "one malformed: ignored");
     ok(sbx_http_parse_ranges("bytes=1-0,2-3", 20, r, 4) == 0, "one backwards: ignored");
     ok(sbx_http_parse_ranges("bytes=0-1 2-3", 20, r, 4) == 0, "no comma: ignored");
+    ok(sbx_http_parse_ranges("bytes= 0-1,2-3", 20, r, 4) == 0, "a blank first: ignored");
+    ok(sbx_http_parse_ranges("bytes=0-1,2-3 ", 20, r, 4) == 0, "a blank last: ignored");
+    ok(sbx_http_parse_ranges("bytes=,0-1", 20, r, 4) == 1, "an empty first element");
     ok(sbx_http_parse_ranges("bytes=0-0,1-1,2-2,3-3,4-4", 20, r, 4) == 0, "more than max: ignored");
     ok(sbx_http_parse_ranges("bytes=", 20, r, 4) == 0 &&
            sbx_http_parse_ranges("bytes=,", 20, r, 4) == 0,
