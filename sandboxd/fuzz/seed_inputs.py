@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the seed inputs of corpus/{path,http_args,move_body,grpc_requests}/ (already
-committed: rerun only to change them). Each is small and names one case the target must get
-right; the input formats are described at the top of each fuzz_<name>.c."""
+"""Writes the seed inputs of corpus/{path,http_args,move_body,grpc_requests,http_requests,
+http_head}/ (already committed: rerun only to change them). Each is small and names one case the
+target must get right; the input formats are described at the top of each fuzz_<name>.c."""
 import json
 import os
 import struct
@@ -306,3 +306,58 @@ http = [
 ]
 for name, flags, data in http:
     write('http_requests', name, bytes([flags]) + data)
+
+# http_requests, the refusals of malformed heads the server makes on every request (the gate
+# makes them on a connection's first head; here the fuzz target hands the socket over directly):
+# after a good request on the same connection, as a client keeping its connection alive sends.
+OK = req('GET', '/healthz')
+strict = [
+    ('strict_nul_value', b'GET /v1/health HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n'),
+    ('strict_two_hosts', b'GET /v1/health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n'),
+    ('strict_bad_escape', req('GET', '/v1/files/%zz')),
+    ('strict_bad_escape_query', req('GET', '/v1/files/file?a=%g0')),
+    ('strict_cl_te', req('PUT', '/v1/files/s', ['Content-Length: 3', 'Transfer-Encoding: chunked'],
+                         b'3\r\nabc\r\n0\r\n\r\n')),
+    ('strict_two_cl', req('PUT', '/v1/files/s', ['Content-Length: 3', 'Content-Length: 4'],
+                          b'abcd')),
+    ('strict_te_gzip', req('PUT', '/v1/files/s', ['Transfer-Encoding: gzip'], b'abc')),
+    ('strict_te_http10', req('PUT', '/v1/files/s', CHUNKED, b'3\r\nabc\r\n0\r\n\r\n',
+                             version='HTTP/1.0')),
+    ('strict_bare_cr', b'GET /v1/health HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n'),
+    ('strict_absolute_form', req('GET', 'http://sandbox/v1/health')),
+]
+for name, data in strict:
+    write('http_requests', name, bytes([NOAUTH]) + data)
+    write('http_requests', name + '_later', bytes([NOAUTH]) + OK + data)
+
+# --- http_head: a request head as the gate peeks it (any bytes; the head ends at its empty line)
+heads = [
+    ('ok', req('GET', '/v1/health')),
+    ('ok_absolute', req('GET', 'http://x:1/v1/files/a?b=%20')),
+    ('ok_http10', b'GET /healthz HTTP/1.0\r\n\r\n'),
+    ('ok_leading_crlf', b'\r\n\r\n' + req('GET', '/healthz')),
+    ('ok_options_star', req('OPTIONS', '*')),
+    ('ok_ipv6_host', b'GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n'),
+    ('ok_put_chunked', req('PUT', '/v1/files/a', CHUNKED)),
+    ('garbage', b'GARBAGE\r\n\r\n'),
+    ('double_space', b'GET  / HTTP/1.1\r\nHost: x\r\n\r\n'),
+    ('version_9', b'GET / HTTP/9.9\r\nHost: x\r\n\r\n'),
+    ('bare_lf', b'GET / HTTP/1.1\nHost: x\n\n'),
+    ('bare_cr', b'GET / HTTP/1.1\r\nHost: x\r\nX: a\rb\r\n\r\n'),
+    ('nul_value', b'GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n'),
+    ('control_value', b'GET / HTTP/1.1\r\nHost: x\r\nX: a\x01b\r\n\r\n'),
+    ('space_colon', b'GET / HTTP/1.1\r\nHost : x\r\n\r\n'),
+    ('folded', b'GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n'),
+    ('no_host', b'GET / HTTP/1.1\r\n\r\n'),
+    ('two_hosts', b'GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n'),
+    ('bad_host', b'GET / HTTP/1.1\r\nHost: a|b\r\n\r\n'),
+    ('bad_escape', req('GET', '/a%zz')),
+    ('bad_authority', req('GET', 'http://a@b/')),
+    ('cl_te', req('PUT', '/a', ['Content-Length: 1', 'Transfer-Encoding: chunked'])),
+    ('two_cl', req('PUT', '/a', ['Content-Length: 1', 'Content-Length: 1'])),
+    ('cl_nan', req('PUT', '/a', ['Content-Length: 1x'])),
+    ('te_gzip', req('PUT', '/a', ['Transfer-Encoding: gzip, chunked'])),
+    ('te_http10', b'PUT /a HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n'),
+]
+for name, data in heads:
+    write('http_head', name, data)

@@ -43,7 +43,7 @@
 extern const uint8_t sbx_descriptor_set[];
 extern const uint8_t sbx_descriptor_set_end[];
 
-static const char *arg_listen_host = "0.0.0.0";
+static const char *arg_listen_host; /* NULL: every address, IPv4 and IPv6 */
 static long long arg_grpc_port = 9090;
 static long long arg_rest_port = 8080;
 static const char *arg_grpc_socket;
@@ -59,6 +59,8 @@ static long long arg_max_output_bytes = 16 << 20;
 static long long arg_grpc_threads = 4;
 static long long arg_http_threads = 4;
 static long long arg_http_max_connections = 2048;
+static long long arg_http_max_per_peer = 512;
+static uint64_t arg_http_head_timeout_ms = 5000;
 static long long arg_max_upload_bytes = 16LL << 30;
 static long long arg_max_processes = 1024;
 static long long arg_output_ring_bytes = 1 << 20;
@@ -144,7 +146,8 @@ static int opt_seccomp(const char *v, void *dst)
 }
 
 static const struct sbx_flag options[] = {
-    {"listen-host", sbx_flag_string, &arg_listen_host, "address to listen on (0.0.0.0)"},
+    {"listen-host", sbx_flag_string, &arg_listen_host,
+     "address to listen on (every IPv4 and IPv6 address; IPv4 alone without IPv6)"},
     {"grpc-port", opt_port, &arg_grpc_port, "gRPC port, 0 for any free one (9090)"},
     {"grpc-socket", sbx_flag_string, &arg_grpc_socket, "also serve gRPC on this unix socket"},
     {"rest-port", opt_port, &arg_rest_port, "REST port (8080)"},
@@ -168,7 +171,11 @@ static const struct sbx_flag options[] = {
     {"grpc-threads", opt_threads, &arg_grpc_threads, "completion-queue threads (4)"},
     {"http-threads", opt_threads, &arg_http_threads, "HTTP threads (4)"},
     {"http-max-connections", opt_count, &arg_http_max_connections,
-     "HTTP connections at once (2048)"},
+     "HTTP connections served at once; beyond, idle ones are closed for new ones (2048)"},
+    {"http-max-connections-per-peer", opt_count, &arg_http_max_per_peer,
+     "HTTP connections from one client address (512)"},
+    {"http-head-timeout", sbx_flag_duration, &arg_http_head_timeout_ms,
+     "time a new HTTP connection has to send its first request head (5s)"},
     {"max-processes", opt_count, &arg_max_processes,
      "processes at once; beyond, RESOURCE_EXHAUSTED (1024)"},
     {"output-ring-bytes", opt_bytes, &arg_output_ring_bytes,
@@ -382,8 +389,10 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
         .host = arg_listen_host,
         .port = (int)arg_rest_port,
         .idle_timeout_s = (unsigned)((arg_http_idle_timeout_ms + 999) / 1000),
+        .head_timeout_ms = arg_http_head_timeout_ms ? (unsigned)arg_http_head_timeout_ms : 1,
         .threads = (unsigned)arg_http_threads,
         .max_connections = (unsigned)arg_http_max_connections,
+        .max_per_peer = (unsigned)arg_http_max_per_peer,
         .max_upload_bytes = (uint64_t)arg_max_upload_bytes,
         .root = root,
         .metadata_prefix = arg_metadata_env_prefix,
@@ -396,7 +405,8 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
 
     if (port < 0)
         return port;
-    log_info("rest listening on %s port %d", arg_listen_host, port);
+    log_info("rest listening on %s port %d (%s)",
+             arg_listen_host ? arg_listen_host : "every address", port, sbx_http_families(d.http));
     return 0;
 }
 
@@ -426,17 +436,21 @@ static int listen_all(struct sbx_error *err)
     char addr[512];
     int port;
 
-    if (check_listen_host(err) < 0)
+    if (arg_listen_host && check_listen_host(err) < 0)
         return -EINVAL;
 
-    if (strchr(arg_listen_host, ':'))
+    /* gRPC C core binds a wildcard address dual-stack, falling back to IPv4 alone. */
+    if (!arg_listen_host)
+        snprintf(addr, sizeof(addr), "[::]:%lld", arg_grpc_port);
+    else if (strchr(arg_listen_host, ':'))
         snprintf(addr, sizeof(addr), "[%s]:%lld", arg_listen_host, arg_grpc_port);
     else
         snprintf(addr, sizeof(addr), "%s:%lld", arg_listen_host, arg_grpc_port);
     port = sbx_grpc_listen(d.grpc, addr, err);
     if (port < 0)
         return port;
-    log_info("grpc listening on %s port %d", arg_listen_host, port);
+    log_info("grpc listening on %s port %d", arg_listen_host ? arg_listen_host : "every address",
+             port);
     if (arg_grpc_socket) {
         snprintf(addr, sizeof(addr), "unix:%s", arg_grpc_socket);
         (void)unlink(arg_grpc_socket);

@@ -210,10 +210,12 @@ static const char *parse_chunked(const char *p, const char *end)
 
 static void check_error_body(const struct response *r, const char *body, size_t len)
 {
-    static const char *const codes[] = {
-        "PERMISSION_DENIED", "NOT_FOUND",           "INVALID_ARGUMENT", "CONFLICT",
-        "INTERNAL",          "UNAVAILABLE",         "UNAUTHENTICATED",  "METHOD_NOT_ALLOWED",
-        "PAYLOAD_TOO_LARGE", "INSUFFICIENT_STORAGE"};
+    static const char *const codes[] = {"PERMISSION_DENIED", "NOT_FOUND",
+                                        "INVALID_ARGUMENT",  "CONFLICT",
+                                        "INTERNAL",          "UNAVAILABLE",
+                                        "UNAUTHENTICATED",   "METHOD_NOT_ALLOWED",
+                                        "PAYLOAD_TOO_LARGE", "INSUFFICIENT_STORAGE",
+                                        "BAD_REQUEST",       "NOT_IMPLEMENTED"};
     json_t *j = json_loadb(body, len, 0, NULL);
     const char *code = json_string_value(json_object_get(j, "code"));
     bool known = false;

@@ -21,8 +21,12 @@ static struct {
     uint64_t truncated, dropped[2];
     uint64_t spawn_buckets[SBX_ARRAY_SIZE(buckets)];
     uint64_t spawn_count, spawn_ns_sum;
+    uint64_t conn_closed[SBX_CONN_REASONS];
     const struct sbx_budget *output;
 } m;
+
+static const char *const conn_reasons[SBX_CONN_REASONS] = {"head_timeout", "peer_limit",
+                                                           "held_limit", "idle"};
 
 static const char *const grpc_names[GRPC_CODES] = {
     "OK",
@@ -52,6 +56,23 @@ static void add(uint64_t *c, uint64_t n)
 static uint64_t get(const uint64_t *c)
 {
     return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+void sbx_metrics_connection_closed(enum sbx_metric_conn why)
+{
+    if (why < SBX_CONN_REASONS)
+        add(&m.conn_closed[why], 1);
+}
+
+static void render_connections(FILE *f)
+{
+    fprintf(f, "# HELP sandboxd_http_connections_closed_total HTTP connections closed to keep the "
+               "REST port answering: a head too slow, half-open ones over a limit, idle ones for "
+               "newcomers.\n"
+               "# TYPE sandboxd_http_connections_closed_total counter\n");
+    for (size_t i = 0; i < SBX_CONN_REASONS; i++)
+        fprintf(f, "sandboxd_http_connections_closed_total{reason=\"%s\"} %llu\n", conn_reasons[i],
+                (unsigned long long)get(&m.conn_closed[i]));
 }
 
 void sbx_metrics_request(enum sbx_metric_kind kind, int code)
@@ -185,6 +206,7 @@ char *sbx_metrics_render(size_t *len)
             (unsigned long long)get(&m.spawn_count));
     render_truncated(f);
     render_output(f);
+    render_connections(f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

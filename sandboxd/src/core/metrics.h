@@ -21,6 +21,16 @@ void sbx_metrics_process_exited(void);
  * or the output budget; counted when either is not zero. */
 void sbx_metrics_output_truncated(uint64_t stdout_bytes, uint64_t stderr_bytes);
 
+/* Why a connection was closed before its client was done with it (the HTTP gate's limits). */
+enum sbx_metric_conn {
+    SBX_CONN_HEAD_TIMEOUT, /* its first request head did not come in time */
+    SBX_CONN_PEER_LIMIT,   /* half-open, closed for a newer one from its address */
+    SBX_CONN_HELD_LIMIT,   /* half-open, closed for a newer one at the limit of such */
+    SBX_CONN_IDLE,         /* idle, closed for a newcomer at the connection limit */
+    SBX_CONN_REASONS,
+};
+void sbx_metrics_connection_closed(enum sbx_metric_conn why);
+
 /* The output budget whose use and refusals are rendered (NULL: none). */
 struct sbx_budget;
 void sbx_metrics_watch_output(const struct sbx_budget *b);

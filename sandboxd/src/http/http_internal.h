@@ -16,8 +16,11 @@
 struct sbx_multipart;
 struct sbx_tar_unpack;
 
+struct sbx_gate;
+
 struct sbx_http {
     struct MHD_Daemon *mhd;
+    struct sbx_gate *gate; /* accepts for the server; NULL with opts.external */
     struct sbx_http_opts o;
     time_t started;
     bool draining;

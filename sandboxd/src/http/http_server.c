@@ -14,6 +14,8 @@
 
 #include "auth.h"
 #include "cleanup.h"
+#include "http_gate.h"
+#include "http_head.h"
 #include "http_internal.h"
 #include "http_request.h"
 #include "http_routes.h"
@@ -21,6 +23,16 @@
 #include "metrics.h"
 
 extern char **environ;
+
+/* What we keep per connection (libmicrohttpd's socket context). */
+struct hconn {
+    bool nul_in_url;            /* the request being read had %00 in its URL */
+    bool bad_escape;            /* ... or a '%' not followed by two hex digits */
+    struct sbx_gate_conn *gate; /* the gate's record of it */
+};
+
+/* Health probes get connections beyond --http-max-connections, up to this many more. */
+#define PROBE_RESERVE 32
 
 static enum MHD_Result route(struct hctx *c, const char *url, const char *method);
 
@@ -95,6 +107,46 @@ static enum MHD_Result refuse_before_continue(struct hctx *c, const char *url)
     return authenticate(c, rt, &ret) ? MHD_YES : ret;
 }
 
+static struct hconn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return info ? info->socket_context : NULL;
+}
+
+static enum MHD_Result add_field(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    sbx_http_fields_add(cls, key, key_size, value, value_size);
+    return MHD_YES;
+}
+
+/* Every request's head as libmicrohttpd parsed it, held to the rules the gate applies to a
+ * connection's first head on its bytes (http_head.h): a refusal closes the connection. */
+static bool head_refused(struct hctx *c, const char *version, enum MHD_Result *ret)
+{
+    struct sbx_http_fields f = {0};
+    struct sbx_http_verdict v;
+    struct hconn *hc = conn_of(c->conn);
+    struct MHD_Response *resp;
+
+    MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, add_field, &f);
+    if (hc && hc->bad_escape) {
+        v = (struct sbx_http_verdict){400, "BAD_REQUEST",
+                                      "invalid percent-escape in the request target"};
+    } else if (sbx_http_fields_check(&f, strcmp(version, MHD_HTTP_VERSION_1_0) == 0 ? 0 : 1, &v)) {
+        return false;
+    }
+    resp = sbx_http_json_response(json_pack("{s:s, s:s}", "code", v.code, "message", v.message));
+    if (resp)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    c->body_done = true; /* nothing of it will be read */
+    *ret = sbx_http_queue(c, v.status, resp);
+    return true;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
@@ -107,7 +159,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                      .r = *req_cls};
     enum MHD_Result ret;
 
-    (void)version;
     if (!c.r) {
         /* Answer on a later call: a response queued on the first one makes libmicrohttpd
          * 0.9.75 close the connection instead of keeping it alive. */
@@ -116,6 +167,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         c.r->tar_dirfd = -1;
         *req_cls = c.r;
+        if (conn_of(conn) && c.h->gate)
+            sbx_gate_served_busy(c.h->gate, conn_of(conn)->gate, true);
+        if (head_refused(&c, version, &ret))
+            return ret;
         return refuse_before_continue(&c, url);
     }
     if (c.r->responded) {
@@ -138,15 +193,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 /* Dispatches one call of a request to its route. */
 static enum MHD_Result route(struct hctx *c, const char *url, const char *method)
 {
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct hconn *hc = conn_of(c->conn);
     const struct route *rt;
     enum MHD_Result ret;
 
-    rt = sbx_http_route_find(url, &c->path);
+    /* The absolute form of the target ("http://host/path") names the path as well (RFC 9112
+     * §3.2.2); the authority is ours whatever it says. */
+    url = sbx_http_target_path(url);
+    rt = sbx_http_route_find(*url ? url : "/", &c->path);
     if (!authenticate(c, rt, &ret))
         return ret;
-    if (info && info->socket_context && *(bool *)info->socket_context)
+    if (hc && hc->nul_in_url)
         return sbx_http_respond_error(c, 400, "INVALID_ARGUMENT", "NUL byte in the URL");
     if (!rt)
         return sbx_http_respond_error(c, 404, "NOT_FOUND", "no such route");
@@ -170,30 +227,41 @@ static enum MHD_Result route(struct hctx *c, const char *url, const char *method
     return rt->fn(c);
 }
 
-/* A flag per connection: the request being read had a %00 in its URL, which would cut the
- * path short where we see it as a C string. */
+/* Our record of each connection, tied to the gate's. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
-    (void)cls;
-    (void)conn;
+    struct sbx_http *h = cls;
+    struct hconn *hc = *socket_context;
+
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        *socket_context = calloc(1, sizeof(bool));
+        const union MHD_ConnectionInfo *fd =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        hc = calloc(1, sizeof(*hc));
+        if (hc && h->gate && fd)
+            hc->gate = sbx_gate_served_find(h->gate, fd->connect_fd);
+        *socket_context = hc;
     } else {
-        free(*socket_context);
+        if (hc && h->gate)
+            sbx_gate_served_closed(h->gate, hc->gate);
+        free(hc);
         *socket_context = NULL;
     }
 }
 
+/* Percent-decodes the URL and each query argument in place, noting what a C string would hide
+ * (%00) and what is no escape at all ("%zz"): the handler refuses both. */
 static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
 {
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct hconn *hc = conn_of(conn);
+    bool valid = sbx_http_escapes_valid(s, strlen(s));
     size_t len = MHD_http_unescape(s);
 
     (void)cls;
-    if (memchr(s, '\0', len) && info && info->socket_context)
-        *(bool *)info->socket_context = true;
+    if (hc) {
+        hc->nul_in_url |= memchr(s, '\0', len) != NULL;
+        hc->bad_escape |= !valid;
+    }
     return len;
 }
 
@@ -202,13 +270,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 {
     struct hreq *r = *req_cls;
 
-    (void)cls;
+    struct sbx_http *h = cls;
+    struct hconn *hc = conn_of(conn);
+
     (void)toe;
-    {
-        const union MHD_ConnectionInfo *info =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        if (info && info->socket_context)
-            *(bool *)info->socket_context = false; /* the next request starts clean */
+    if (hc) {
+        hc->nul_in_url = hc->bad_escape = false; /* the next request starts clean */
+        if (h->gate)
+            sbx_gate_served_busy(h->gate, hc->gate, false);
     }
     if (!r)
         return;
@@ -263,82 +332,94 @@ static json_t *build_metadata(const char *prefix)
     return json_pack("{s:o}", "env", env);
 }
 
-static int parse_addr(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len)
+/* Whether a path is a health route: probes get connections no one else can take. */
+static bool is_probe(const char *path, size_t len)
 {
-    struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+    char buf[32];
+    const char *rest;
+    const struct route *rt;
 
-    memset(ss, 0, sizeof(*ss));
-    if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-        in4->sin_family = AF_INET;
-        in4->sin_port = htons((uint16_t)port);
-        *len = sizeof(*in4);
-        return AF_INET;
-    }
-    if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*in6);
-        return AF_INET6;
-    }
-    return -EINVAL;
+    if (len >= sizeof(buf))
+        return false;
+    memcpy(buf, path, len);
+    buf[len] = '\0';
+    rt = sbx_http_route_find(buf, &rest);
+    return rt && rt->access == ROUTE_OPEN;
+}
+
+static int hand_over(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    struct sbx_http *h = arg;
+
+    if (MHD_add_connection(h->mhd, fd, peer, len) != MHD_YES)
+        return errno ? -errno : -EIO; /* libmicrohttpd has closed it */
+    return 0;
+}
+
+static struct MHD_Daemon *start_mhd(struct sbx_http *h, unsigned flags, unsigned max_connections)
+{
+    const struct sbx_http_opts *o = &h->o;
+
+    return MHD_start_daemon(
+        flags | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, h,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_LIMIT, max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(128 * 1024), MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_THREAD_POOL_SIZE,
+        flags ? (o->threads ? o->threads : 4u) : 0u, MHD_OPTION_END);
 }
 
 int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct sbx_error *err)
 {
     struct sbx_http *h = calloc(1, sizeof(*h));
-    struct sockaddr_storage ss;
-    const union MHD_DaemonInfo *info;
-    socklen_t sslen;
     /* poll, not epoll: with epoll, libmicrohttpd 0.9.75 notices a client that went away in the
-     * middle of an upload only at the idle timeout (its temp file lingers until then). */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
-    int family;
+     * middle of an upload only at the idle timeout (its temp file lingers until then). ITC: the
+     * gate hands connections over from its own thread. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ITC;
+    struct sbx_gate_opts g = {
+        .host = o->host,
+        .port = o->port,
+        .head_timeout_ms = o->head_timeout_ms ? o->head_timeout_ms : 5000,
+        .max_per_peer = o->max_per_peer ? o->max_per_peer : 512,
+        .max_served = o->max_connections,
+        .probe_reserve = PROBE_RESERVE,
+        .is_probe = is_probe,
+        .hand = hand_over,
+        .arg = h,
+    };
+    int port;
 
     if (!h)
         return sbx_error_set(err, ENOMEM, "allocate http server");
     h->o = *o;
     h->started = time(NULL);
     h->metadata = build_metadata(o->metadata_prefix);
+    /* The gate keeps the count (sbx_gate_ceiling); libmicrohttpd's limit is set where no
+     * worker of its pool can reach it even if every connection went to that one: 0.9.75 keeps
+     * a worker's lock when a connection handed over finds the worker full (new_connection_
+     * process_ in daemon.c), and every later call of that worker deadlocks. */
+    h->mhd = start_mhd(h, o->external ? 0 : flags,
+                       o->external ? o->max_connections + PROBE_RESERVE
+                                   : sbx_gate_ceiling(&g) * (o->threads ? o->threads : 4u) + 1);
+    if (!h->mhd) {
+        sbx_http_stop(h);
+        return sbx_error_set(err, ENOMEM, "start http server");
+    }
     if (o->external) {
-        h->mhd = MHD_start_daemon(
-            MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, h,
-            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_LIMIT, o->max_connections,
-            MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-            (size_t)(128 * 1024), MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_UNESCAPE_CALLBACK, unescape,
-            h, MHD_OPTION_END);
-        if (!h->mhd) {
-            sbx_http_stop(h);
-            return sbx_error_set(err, ENOMEM, "start http server");
-        }
         *ret = h;
         return 0;
     }
-    family = parse_addr(o->host, o->port, &ss, &sslen);
-    if (family < 0) {
+    /* Held connections cost the gate an fd and a little memory each: room for a burst several
+     * times the served limit. */
+    g.max_pending = o->max_connections * 4 > 4096 ? o->max_connections * 4 : 4096;
+    port = sbx_gate_start(&h->gate, &g, err);
+    if (port < 0) {
         sbx_http_stop(h);
-        return sbx_error_set(err, EINVAL, "listen host '%s' is not an IP address", o->host);
+        return port;
     }
-    if (family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    /* libmicrohttpd's default for the listening socket: SO_REUSEADDR (a restarted daemon binds
-     * again while its predecessor's connections sit in TIME_WAIT), not SO_REUSEPORT (a second
-     * daemon on the port is refused). */
-    h->mhd = MHD_start_daemon(
-        flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-        MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_THREAD_POOL_SIZE, o->threads ? o->threads : 4u,
-        MHD_OPTION_CONNECTION_LIMIT, o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        o->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        h, MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_END);
-    if (!h->mhd) {
-        sbx_http_stop(h);
-        return sbx_error_set(err, EADDRINUSE, "cannot listen on %s port %d", o->host, o->port);
-    }
-    info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
     *ret = h;
-    return info ? info->port : o->port;
+    return port;
 }
 
 int sbx_http_add_connection(struct sbx_http *h, int fd, struct sbx_error *err)
@@ -360,7 +441,12 @@ unsigned sbx_http_connections(struct sbx_http *h)
     const union MHD_DaemonInfo *info =
         MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
 
-    return info ? info->num_connections : 0;
+    return (info ? info->num_connections : 0) + (h->gate ? sbx_gate_held(h->gate) : 0);
+}
+
+const char *sbx_http_families(struct sbx_http *h)
+{
+    return h->gate ? sbx_gate_families(h->gate) : "none";
 }
 
 void sbx_http_set_draining(struct sbx_http *h)
@@ -372,8 +458,10 @@ void sbx_http_stop(struct sbx_http *h)
 {
     if (!h)
         return;
+    sbx_gate_stop(h->gate); /* no more connections handed over */
     if (h->mhd)
         MHD_stop_daemon(h->mhd);
+    sbx_gate_free(h->gate);
     json_decref(h->metadata);
     free(h);
 }

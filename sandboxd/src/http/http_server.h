@@ -1,5 +1,8 @@
-/* The HTTP adapter: libmicrohttpd with an internal thread pool, the REST files API, health,
- * readiness, metadata and metrics. */
+/* The HTTP adapter: libmicrohttpd with an internal thread pool behind the gate (http_gate.h),
+ * the REST files API, health, readiness, metadata and metrics. Every request head is held to
+ * RFC 9112 (http_head.h): the gate checks a connection's first one on its bytes, the server
+ * every one on the fields libmicrohttpd parsed; a refusal is a JSON error and closes the
+ * connection. */
 #pragma once
 
 #include <stdbool.h>
@@ -12,11 +15,13 @@ struct sbx_auth;
 struct sbx_http;
 
 struct sbx_http_opts {
-    const char *host;
-    int port;                /* 0: any free port */
-    unsigned idle_timeout_s; /* idle keep-alive connections are closed after it */
+    const char *host;         /* NULL: every address of both families (IPv4 alone without IPv6) */
+    int port;                 /* 0: any free port */
+    unsigned idle_timeout_s;  /* idle keep-alive connections are closed after it */
+    unsigned head_timeout_ms; /* a connection's first request head must arrive within it */
     unsigned threads;
-    unsigned max_connections;
+    unsigned max_connections;  /* served at once; idle ones are closed for newcomers beyond */
+    unsigned max_per_peer;     /* connections per client address */
     uint64_t max_upload_bytes; /* 413 beyond */
     const struct sbx_root *root;
     const char *metadata_prefix;
@@ -45,8 +50,11 @@ int sbx_http_add_connection(struct sbx_http *h, int fd, struct sbx_error *err);
  * waiting. */
 void sbx_http_run(struct sbx_http *h);
 
-/* Connections open now. */
+/* Connections open now: served, and held by the gate waiting for their first head. */
 unsigned sbx_http_connections(struct sbx_http *h);
+
+/* Which families the REST port serves, for the start-up log ("IPv4 and IPv6", ...). */
+const char *sbx_http_families(struct sbx_http *h);
 
 /* From now on /v1/health and /readyz answer 503. */
 void sbx_http_set_draining(struct sbx_http *h);
