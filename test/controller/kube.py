@@ -37,6 +37,11 @@ KINDS = {
     ("extensions.agents.x-k8s.io/v1beta1", "SandboxWarmPool"): ("/apis/extensions.agents.x-k8s.io/v1beta1", "sandboxwarmpools", True),
     ("kwok.x-k8s.io/v1alpha1", "PortForward"): ("/apis/kwok.x-k8s.io/v1alpha1", "portforwards", True),
 }
+# The deprecated v1alpha1 of our kinds, served beside v1beta1.
+KINDS.update({(api.replace("v1beta1", "v1alpha1"), kind):
+              (prefix.replace("v1beta1", "v1alpha1"), plural, namespaced)
+              for (api, kind), (prefix, plural, namespaced) in list(KINDS.items())
+              if api.endswith("agents.x-k8s.io/v1beta1")})
 
 
 def path_of(api_version, kind, namespace=None, name=None, sub=None):
@@ -56,6 +61,7 @@ class Kube:
     def __init__(self, host, port, ca_file, token):
         self.host, self.port, self.token = host, port, token
         self.ctx = ssl.create_default_context(cafile=ca_file)
+        self.warnings = []  # the Warning headers of the last answer
 
     def _conn(self, timeout=TIMEOUT):
         return http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=timeout)
@@ -71,6 +77,7 @@ class Kube:
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             raw = resp.read()
+            self.warnings = [v for k, v in resp.getheaders() if k.lower() == "warning"]
             try:
                 out = json.loads(raw) if raw else None
             except ValueError:
