@@ -68,17 +68,33 @@ static void check_refusal(int r, const struct sbx_error *err, const char *what)
           "%s: %d '%s'", what, r, err->msg);
 }
 
-static void check_main(json_t *main, json_t *orig, const struct sbx_inject_opts *o)
+/* The flags before "--" in cmd from index 2: sandboxd's ports where they are not its defaults. */
+static size_t check_port_flags(json_t *cmd, const struct sbx_ports *ports)
+{
+    char want[2][32];
+    size_t n = 0;
+
+    if (ports->grpc != SBX_SANDBOXD_GRPC_PORT)
+        snprintf(want[n++], sizeof(want[0]), "--grpc-port=%d", ports->grpc);
+    if (ports->rest != SBX_SANDBOXD_REST_PORT)
+        snprintf(want[n++], sizeof(want[0]), "--rest-port=%d", ports->rest);
+    for (size_t i = 0; i < n; i++)
+        CHECK(!strcmp(str_at(cmd, 2 + i) ?: "", want[i]), "port flag %zu is not %s", i, want[i]);
+    return n;
+}
+
+static void check_main(json_t *main, json_t *orig, const struct sbx_ports *pp)
 {
     json_t *cmd = json_object_get(main, "command");
     json_t *ucmd = json_object_get(orig, "command"), *uargs = json_object_get(orig, "args");
-    size_t nu = json_array_size(ucmd) + json_array_size(uargs), k = 3;
+    size_t nu = json_array_size(ucmd) + json_array_size(uargs);
 
     CHECK(json_array_size(cmd) >= 2 && !strcmp(str_at(cmd, 0) ?: "", SBX_BIN_DIR "/sandboxd") &&
               !strcmp(str_at(cmd, 1) ?: "", "--token-file=" SBX_TOKEN_DIR "/" SBX_TOKEN_KEY),
           "the main container does not run sandboxd");
-    CHECK(nu == 0 ? json_array_size(cmd) == 2
-                  : json_array_size(cmd) == 3 + nu && !strcmp(str_at(cmd, 2) ?: "", "--"),
+    size_t nf = check_port_flags(cmd, pp), k = 2 + nf + 1;
+    CHECK(nu == 0 ? json_array_size(cmd) == 2 + nf
+                  : json_array_size(cmd) == k + nu && !strcmp(str_at(cmd, k - 1) ?: "", "--"),
           "command of %zu for %zu of the template's", json_array_size(cmd), nu);
     for (int pass = 0; pass < 2; pass++) {
         json_t *from = pass ? uargs : ucmd, *e;
@@ -88,9 +104,9 @@ static void check_main(json_t *main, json_t *orig, const struct sbx_inject_opts 
     }
     CHECK(!json_object_get(main, "args"), "args left beside the command");
     json_t *ports = json_object_get(main, "ports"), *mounts = json_object_get(main, "volumeMounts");
-    CHECK(count_named(ports, "name", "sandboxd-grpc") == 1 &&
-              count_named(ports, "name", "sandboxd-http") == 1 &&
-              count_port(ports, o->grpc_port) == 1 && count_port(ports, o->rest_port) == 1,
+    CHECK(count_named(ports, "name", SBX_GRPC_PORT_NAME) == 1 &&
+              count_named(ports, "name", SBX_REST_PORT_NAME) == 1 &&
+              count_port(ports, pp->grpc) == 1 && count_port(ports, pp->rest) == 1,
           "sandboxd's ports");
     CHECK(count_named(mounts, "mountPath", SBX_BIN_DIR) == 1 &&
               count_named(mounts, "mountPath", SBX_TOKEN_DIR) == 1 &&
@@ -139,8 +155,14 @@ static void check_pod(json_t *sb, const struct sbx_inject_opts *o)
               json_array_size(json_object_get(init, "args")) == 1 &&
               !strcmp(str_at(json_object_get(init, "args"), 0) ?: "", SBX_BIN_DIR),
           "the injector is not the first init container");
+    struct sbx_ports pp;
+    CHECK(sbx_pod_ports(tspec, o, &pp, &err) == 0, "ports of a pod that was built: %s", err.msg);
+    CHECK((pp.grpc == o->grpc_port && pp.rest == o->rest_port) ||
+              (pp.grpc >= SBX_ALT_GRPC_PORT &&
+               pp.rest == pp.grpc - SBX_ALT_GRPC_PORT + SBX_ALT_REST_PORT),
+          "ports %d and %d from nowhere", pp.grpc, pp.rest);
     check_main(json_array_get(json_object_get(spec, "containers"), 0),
-               json_array_get(json_object_get(tspec, "containers"), 0), o);
+               json_array_get(json_object_get(tspec, "containers"), 0), &pp);
     json_t *vols = json_object_get(spec, "volumes"), *vol;
     size_t i;
     CHECK(count_named(vols, "name", SBX_BIN_VOLUME) == 1 &&

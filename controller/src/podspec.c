@@ -85,13 +85,83 @@ static int append(json_t *obj, const char *key, json_t *v)
     return json_array_append_new(arr, v) < 0 ? -ENOMEM : 0;
 }
 
-static json_t *probe(const struct sbx_inject_opts *o, const char *path)
+/* Ports declared in a pod, a bit per port number. */
+struct port_set {
+    uint8_t bit[65536 / 8];
+};
+
+static bool port_taken(const struct port_set *t, int port)
+{
+    return port <= 0 || port > 65535 || (t->bit[port / 8] & (1u << (port % 8)));
+}
+
+static bool ours(const char *name)
+{
+    return name && (!strcmp(name, SBX_GRPC_PORT_NAME) || !strcmp(name, SBX_REST_PORT_NAME));
+}
+
+/* Marks the ports of the containers in list (spec.<field>) that share the network namespace with
+ * sandboxd while it serves: all of them, or with sidecars_only the init containers with
+ * restartPolicy Always. Any of them naming a port as ours is refused. */
+static int mark_ports(json_t *list, const char *field, bool sidecars_only, struct port_set *t,
+                      struct sbx_error *err)
+{
+    json_t *c, *p;
+    size_t i, j;
+
+    json_array_foreach(list, i, c)
+    {
+        const char *rp = json_string_value(json_object_get(c, "restartPolicy"));
+        bool serves = !sidecars_only || (rp && !strcmp(rp, "Always"));
+        json_array_foreach(json_object_get(c, "ports"), j, p)
+        {
+            const char *name = json_string_value(json_object_get(p, "name"));
+            json_int_t cp = json_integer_value(json_object_get(p, "containerPort"));
+            if (ours(name))
+                return sbx_error_set(err, EINVAL,
+                                     "spec.podTemplate.spec.%s[%zu].ports[%zu]: name %s is "
+                                     "sandboxd's",
+                                     field, i, j, name);
+            if (serves && cp > 0 && cp <= 65535)
+                t->bit[cp / 8] |= (uint8_t)(1u << (cp % 8));
+        }
+    }
+    return 0;
+}
+
+int sbx_pod_ports(json_t *spec, const struct sbx_inject_opts *o, struct sbx_ports *ret,
+                  struct sbx_error *err)
+{
+    struct port_set t = {0};
+    int r;
+
+    if ((r = mark_ports(json_object_get(spec, "containers"), "containers", false, &t, err)) < 0 ||
+        (r = mark_ports(json_object_get(spec, "initContainers"), "initContainers", true, &t, err)) <
+            0)
+        return r;
+    if (!port_taken(&t, o->grpc_port) && !port_taken(&t, o->rest_port)) {
+        *ret = (struct sbx_ports){o->grpc_port, o->rest_port};
+        return 0;
+    }
+    for (int k = 0; SBX_ALT_GRPC_PORT + k <= 65535; k++) {
+        if (!port_taken(&t, SBX_ALT_GRPC_PORT + k) && !port_taken(&t, SBX_ALT_REST_PORT + k)) {
+            *ret = (struct sbx_ports){SBX_ALT_GRPC_PORT + k, SBX_ALT_REST_PORT + k};
+            return 0;
+        }
+    }
+    return sbx_error_set(err, EINVAL, "spec.podTemplate.spec: no ports left for sandboxd");
+}
+
+/* HTTP probes name the port (kubelet resolves it in the container); gRPC probes take only a
+ * number. */
+static json_t *probe(const struct sbx_inject_opts *o, const struct sbx_ports *ports,
+                     const char *path)
 {
     if (o->probe == SBX_PROBE_GRPC)
-        return json_pack("{s:{s:i}, s:i, s:i}", "grpc", "port", o->grpc_port, "periodSeconds", 5,
+        return json_pack("{s:{s:i}, s:i, s:i}", "grpc", "port", ports->grpc, "periodSeconds", 5,
                          "failureThreshold", 3);
-    return json_pack("{s:{s:s, s:i}, s:i, s:i}", "httpGet", "path", path, "port", o->rest_port,
-                     "periodSeconds", 5, "failureThreshold", 3);
+    return json_pack("{s:{s:s, s:s}, s:i, s:i}", "httpGet", "path", path, "port",
+                     SBX_REST_PORT_NAME, "periodSeconds", 5, "failureThreshold", 3);
 }
 
 /* A list of strings, or absent (null counts as absent). */
@@ -112,11 +182,12 @@ static int strings_or_null(json_t *v, const char *what, struct sbx_error *err)
     return 0;
 }
 
-/* What the template's first container must leave to sandboxd: its ports and their names, and
- * the mount paths of its volumes (the API server would refuse the pod; better to say why). */
-static int check_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_error *err)
+/* What the template's first container must leave to sandboxd: the mount paths of its volumes
+ * (the API server would refuse the pod; better to say why). Port names are checked with the
+ * ports of every container (sbx_pod_ports). */
+static int check_main(json_t *c, struct sbx_error *err)
 {
-    json_t *p, *m;
+    json_t *m;
     size_t i;
     int r;
 
@@ -125,17 +196,6 @@ static int check_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_err
         (r = strings_or_null(json_object_get(c, "args"), "spec.podTemplate.spec.containers[0].args",
                              err)) < 0)
         return r;
-    json_array_foreach(json_object_get(c, "ports"), i, p)
-    {
-        json_int_t cp = json_integer_value(json_object_get(p, "containerPort"));
-        const char *name = json_string_value(json_object_get(p, "name"));
-        if (cp == o->grpc_port || cp == o->rest_port ||
-            (name && (!strcmp(name, "sandboxd-grpc") || !strcmp(name, "sandboxd-http"))))
-            return sbx_error_set(err, EINVAL,
-                                 "spec.podTemplate.spec.containers[0].ports: port %lld (%s) is "
-                                 "sandboxd's",
-                                 (long long)cp, name ? name : "unnamed");
-    }
     json_array_foreach(json_object_get(c, "volumeMounts"), i, m)
     {
         const char *path = json_string_value(json_object_get(m, "mountPath"));
@@ -148,36 +208,61 @@ static int check_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_err
     return 0;
 }
 
+/* sandboxd's command line up to "--": the port flags only where they differ from its defaults. */
+static json_t *sandboxd_argv(const struct sbx_ports *ports)
+{
+    json_t *cmd = json_pack("[s, s]", SBX_BIN_DIR "/sandboxd",
+                            "--token-file=" SBX_TOKEN_DIR "/" SBX_TOKEN_KEY);
+    char flag[32];
+
+    if (!cmd)
+        return NULL;
+    if (ports->grpc != SBX_SANDBOXD_GRPC_PORT) {
+        snprintf(flag, sizeof(flag), "--grpc-port=%d", ports->grpc);
+        json_array_append_new(cmd, json_string(flag));
+    }
+    if (ports->rest != SBX_SANDBOXD_REST_PORT) {
+        snprintf(flag, sizeof(flag), "--rest-port=%d", ports->rest);
+        json_array_append_new(cmd, json_string(flag));
+    }
+    if (json_array_append_new(cmd, json_string("--")) < 0) {
+        json_decref(cmd);
+        return NULL;
+    }
+    return cmd;
+}
+
 /* The main container runs sandboxd, which runs the original command. Without a command the
  * image's entrypoint is unknown here: sandboxd serves alone, and args (if any) become the
  * command it starts. */
-static int inject_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_error *err)
+static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct sbx_ports *ports,
+                       struct sbx_error *err)
 {
     json_t *cmd, *user_cmd = json_object_get(c, "command"), *args = json_object_get(c, "args");
+    size_t n;
     int r;
 
     if (!json_is_object(c))
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec.containers[0] is not an object");
-    if ((r = check_main(c, o, err)) < 0)
+    if ((r = check_main(c, err)) < 0)
         return r;
-    cmd = json_pack("[s, s, s]", SBX_BIN_DIR "/sandboxd",
-                    "--token-file=" SBX_TOKEN_DIR "/" SBX_TOKEN_KEY, "--");
-    if (!cmd)
+    if (!(cmd = sandboxd_argv(ports)))
         return sbx_error_set(err, ENOMEM, "pod");
+    n = json_array_size(cmd);
     if (json_is_array(user_cmd))
         json_array_extend(cmd, user_cmd);
     if (json_is_array(args))
         json_array_extend(cmd, args);
-    if (json_array_size(cmd) == 3)
-        json_array_remove(cmd, 2); /* nothing after "--" */
+    if (json_array_size(cmd) == n)
+        json_array_remove(cmd, n - 1); /* nothing after "--" */
     json_object_set_new(c, "command", cmd);
     json_object_del(c, "args");
     if (append(c, "ports",
-               json_pack("{s:s, s:i, s:s}", "name", "sandboxd-grpc", "containerPort", o->grpc_port,
-                         "protocol", "TCP")) < 0 ||
+               json_pack("{s:s, s:i, s:s}", "name", SBX_GRPC_PORT_NAME, "containerPort",
+                         ports->grpc, "protocol", "TCP")) < 0 ||
         append(c, "ports",
-               json_pack("{s:s, s:i, s:s}", "name", "sandboxd-http", "containerPort", o->rest_port,
-                         "protocol", "TCP")) < 0 ||
+               json_pack("{s:s, s:i, s:s}", "name", SBX_REST_PORT_NAME, "containerPort",
+                         ports->rest, "protocol", "TCP")) < 0 ||
         append(c, "volumeMounts",
                json_pack("{s:s, s:s, s:b}", "name", SBX_BIN_VOLUME, "mountPath", SBX_BIN_DIR,
                          "readOnly", 1)) < 0 ||
@@ -187,9 +272,9 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, struct sbx_er
         return sbx_error_set(err, ENOMEM, "pod");
     /* The template's own probes, when they are probes; a null one would leave none. */
     if (!json_is_object(json_object_get(c, "readinessProbe")))
-        json_object_set_new(c, "readinessProbe", probe(o, "/readyz"));
+        json_object_set_new(c, "readinessProbe", probe(o, ports, "/readyz"));
     if (!json_is_object(json_object_get(c, "livenessProbe")))
-        json_object_set_new(c, "livenessProbe", probe(o, "/healthz"));
+        json_object_set_new(c, "livenessProbe", probe(o, ports, "/healthz"));
     return 0;
 }
 
@@ -199,6 +284,7 @@ static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts
     json_t *containers = json_object_get(spec, "containers");
     json_t *volumes = json_object_get(spec, "volumes");
     json_t *inits = json_object_get(spec, "initContainers");
+    struct sbx_ports ports;
     int r;
 
     if (!json_is_array(containers) || json_array_size(containers) == 0)
@@ -210,7 +296,8 @@ static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts
     if (named_in(inits, SBX_INJECTOR_NAME))
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec.initContainers: %s is taken",
                              SBX_INJECTOR_NAME);
-    if ((r = inject_main(json_array_get(containers, 0), o, err)) < 0)
+    if ((r = sbx_pod_ports(spec, o, &ports, err)) < 0 ||
+        (r = inject_main(json_array_get(containers, 0), o, &ports, err)) < 0)
         return r;
     if (append(spec, "volumes", json_pack("{s:s, s:{}}", "name", SBX_BIN_VOLUME, "emptyDir")) < 0 ||
         append(spec, "volumes",
@@ -291,13 +378,18 @@ json_t *sbx_sandbox_secret(json_t *sandbox, const char *token)
 
 json_t *sbx_sandbox_service(json_t *sandbox, const struct sbx_inject_opts *o)
 {
+    json_t *tspec =
+        json_object_get(json_object_get(json_object_get(sandbox, "spec"), "podTemplate"), "spec");
+    struct sbx_ports ports = {o->grpc_port, o->rest_port};
+    struct sbx_error err = {0};
     char hash[9];
 
+    sbx_pod_ports(tspec, o, &ports, &err); /* on failure, ports stay the configured ones */
     sbx_name_hash(meta_str(sandbox, "name"), hash);
     return json_pack("{s:s, s:s, s:o, s:{s:s, s:{s:s}, s:b, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}]}}",
                      "apiVersion", "v1", "kind", "Service", "metadata",
                      child_meta(sandbox, meta_str(sandbox, "name")), "spec", "clusterIP", "None",
                      "selector", SBX_LABEL_HASH, hash, "publishNotReadyAddresses", 1, "ports",
-                     "name", "grpc", "port", o->grpc_port, "protocol", "TCP", "name", "http",
-                     "port", o->rest_port, "protocol", "TCP");
+                     "name", "grpc", "port", ports.grpc, "protocol", "TCP", "name", "http", "port",
+                     ports.rest, "protocol", "TCP");
 }

@@ -16,6 +16,21 @@
 #define SBX_TOKEN_KEY     "token"
 #define SBX_INJECTOR_NAME "sandboxd-injector"
 
+/* sandboxd's own defaults for --grpc-port and --rest-port: the injected command names the ports
+ * only when they differ. */
+#define SBX_SANDBOXD_GRPC_PORT 9090
+#define SBX_SANDBOXD_REST_PORT 8080
+
+/* The names of sandboxd's ports on the main container; no container of a template may use them.
+ * Clients find the ports by these names. */
+#define SBX_GRPC_PORT_NAME "sandboxd-grpc"
+#define SBX_REST_PORT_NAME "sandboxd-http"
+
+/* Where sandboxd's ports go when a container of the pod declares a configured one: the first
+ * pair (SBX_ALT_GRPC_PORT + k, SBX_ALT_REST_PORT + k), k = 0, 1, ..., that none declares. */
+#define SBX_ALT_GRPC_PORT 19090
+#define SBX_ALT_REST_PORT 18080
+
 enum sbx_probe { SBX_PROBE_HTTP, SBX_PROBE_GRPC };
 
 struct sbx_inject_opts {
@@ -24,6 +39,17 @@ struct sbx_inject_opts {
     enum sbx_probe probe;
     int grpc_port, rest_port;
 };
+
+struct sbx_ports {
+    int grpc, rest;
+};
+
+/* sandboxd's ports in a pod of spec (a pod template's spec): o->grpc_port and o->rest_port when
+ * no container and no sidecar (an init container with restartPolicy Always) declares either,
+ * else the alternative pair above. Fails with -EINVAL when a container or init container names a
+ * port SBX_GRPC_PORT_NAME or SBX_REST_PORT_NAME, or when no pair is left. */
+int sbx_pod_ports(json_t *spec, const struct sbx_inject_opts *o, struct sbx_ports *ret,
+                  struct sbx_error *err);
 
 /* The value of the SBX_LABEL_HASH label for a sandbox name (8 hex digits, FNV-1a). */
 void sbx_name_hash(const char *name, char buf[9]);
@@ -42,5 +68,6 @@ int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **r
 /* The token Secret: stringData.token = token. */
 json_t *sbx_sandbox_secret(json_t *sandbox, const char *token);
 
-/* The headless Service selecting the sandbox's Pod. */
+/* The headless Service selecting the sandbox's Pod, with sandboxd's ports in it (the configured
+ * ones when the template is refused: then there is no Pod to reach). */
 json_t *sbx_sandbox_service(json_t *sandbox, const struct sbx_inject_opts *o);

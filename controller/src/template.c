@@ -32,11 +32,13 @@ static json_t *template_ref(json_t *tmpl)
 
 /* The default rules: TCP to sandboxd's gRPC and REST ports from anywhere (sandboxd's token guards
  * them; the reference, which fronts sandboxes with a router of its own, admits that router on
- * all ports instead), and egress to public IPv4 and IPv6 addresses only. */
-static json_t *default_ingress(const struct sbx_inject_opts *o)
+ * all ports instead), and egress to public IPv4 and IPv6 addresses only. The ports go by name:
+ * their numbers depend on the ports a pod's containers declare (sbx_pod_ports), and a pool's
+ * pods from an older template may have others than new ones. */
+static json_t *default_ingress(void)
 {
-    return json_pack("[{s:[{s:s, s:i}, {s:s, s:i}]}]", "ports", "protocol", "TCP", "port",
-                     o->grpc_port, "protocol", "TCP", "port", o->rest_port);
+    return json_pack("[{s:[{s:s, s:s}, {s:s, s:s}]}]", "ports", "protocol", "TCP", "port",
+                     SBX_GRPC_PORT_NAME, "protocol", "TCP", "port", SBX_REST_PORT_NAME);
 }
 
 static json_t *default_egress(void)
@@ -48,12 +50,12 @@ static json_t *default_egress(void)
 }
 
 /* np: the template's spec.networkPolicy, NULL for the default. */
-static json_t *desired_spec(json_t *tmpl, json_t *np, const struct sbx_inject_opts *o)
+static json_t *desired_spec(json_t *tmpl, json_t *np)
 {
     char hash[9];
     json_t *in = json_object_get(np, "ingress"), *eg = json_object_get(np, "egress");
     json_auto_t *none = json_array();
-    json_auto_t *def_in = np ? NULL : default_ingress(o);
+    json_auto_t *def_in = np ? NULL : default_ingress();
     json_auto_t *def_eg = np ? NULL : default_egress();
 
     if (!np) {
@@ -107,8 +109,7 @@ static int template_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_er
     }
     if (status == 200 && !ours)
         return sbx_error_set(err, EEXIST, "NetworkPolicy \"%s-network-policy\" is not ours", name);
-    json_auto_t *dspec =
-        desired_spec(tmpl, json_is_object(policy) ? policy : NULL, &c->opts.inject);
+    json_auto_t *dspec = desired_spec(tmpl, json_is_object(policy) ? policy : NULL);
     _cleanup_free_ char *dump = dspec ? json_dumps(dspec, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     if (!dump)
         return sbx_error_set(err, ENOMEM, "network policy");

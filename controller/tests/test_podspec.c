@@ -30,6 +30,119 @@ static const char *str(json_t *j, const char *p)
     return json_string_value(path(j, p)) ?: "";
 }
 
+/* A sandbox sb2 whose pod template spec is the JSON spec. */
+static json_t *sandbox_of(const char *spec)
+{
+    json_t *sb =
+        json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:o}}}", "apiVersion", SBX_API_VERSION,
+                  "kind", "Sandbox", "metadata", "name", "sb2", "namespace", "ns", "uid", "u-2",
+                  "spec", "podTemplate", "spec", json_loads(spec, 0, NULL));
+    return sb;
+}
+
+/* The container port of main named name, 0 when none. */
+static json_int_t named_port(json_t *main, const char *name)
+{
+    json_t *p;
+    size_t i;
+
+    json_array_foreach(json_object_get(main, "ports"), i, p)
+    {
+        if (!strcmp(str(p, "name"), name))
+            return json_integer_value(json_object_get(p, "containerPort"));
+    }
+    return 0;
+}
+
+/* sandboxd's ports in the pod of a sandbox with this pod spec: the configured ones unless a
+ * container declares them; then the injected command, the named ports and the Service agree. */
+static void check_ports(const char *spec, const struct sbx_inject_opts *o, int grpc, int rest,
+                        const char *what)
+{
+    struct sbx_error err = {0};
+    json_t *sb = sandbox_of(spec), *pod = NULL;
+    char gflag[32], rflag[32];
+
+    snprintf(gflag, sizeof(gflag), "--grpc-port=%d", grpc);
+    snprintf(rflag, sizeof(rflag), "--rest-port=%d", rest);
+    ok(sbx_sandbox_pod(sb, o, &pod, &err) == 0, "%s: pod built (%s)", what, err.msg);
+    json_t *main = path(pod, "spec.containers.0"), *cmd = json_object_get(main, "command");
+    ok(named_port(main, SBX_GRPC_PORT_NAME) == grpc && named_port(main, SBX_REST_PORT_NAME) == rest,
+       "%s: ports %d and %d named", what, grpc, rest);
+    bool flags = grpc != 9090 || rest != 8080;
+    ok(flags ? !strcmp(str(cmd, "2"), gflag) && !strcmp(str(cmd, "3"), rflag) &&
+                   !strcmp(str(cmd, "4"), "--")
+             : !strcmp(str(cmd, "2"), "--"),
+       "%s: sandboxd told its ports (%s)", what, flags ? gflag : "none: its defaults");
+    if (o->probe == SBX_PROBE_GRPC)
+        ok(json_integer_value(path(main, "readinessProbe.grpc.port")) == grpc &&
+               json_integer_value(path(main, "livenessProbe.grpc.port")) == grpc,
+           "%s: gRPC probes on %d", what, grpc);
+    else
+        ok(!strcmp(str(main, "readinessProbe.httpGet.port"), SBX_REST_PORT_NAME) &&
+               !strcmp(str(main, "livenessProbe.httpGet.port"), SBX_REST_PORT_NAME),
+           "%s: HTTP probes on the port's name", what);
+    json_t *svc = sbx_sandbox_service(sb, o);
+    ok(json_integer_value(path(svc, "spec.ports.0.port")) == grpc &&
+           json_integer_value(path(svc, "spec.ports.1.port")) == rest,
+       "%s: the service carries them", what);
+    json_decref(svc);
+    json_decref(pod);
+    json_decref(sb);
+}
+
+static void refused(const char *spec, const char *what)
+{
+    struct sbx_error err = {0};
+    json_t *sb = sandbox_of(spec), *pod = NULL;
+
+    ok(sbx_sandbox_pod(sb, &opts, &pod, &err) == -EINVAL && strstr(err.msg, "sandboxd's"),
+       "%s: refused: %s", what, err.msg);
+    json_decref(sb);
+}
+
+#define MAIN "{\"name\":\"main\",\"image\":\"app\",\"command\":[\"app\"]"
+
+static void ports(void)
+{
+    struct sbx_inject_opts grpc_probe = opts;
+
+    grpc_probe.probe = SBX_PROBE_GRPC;
+    check_ports("{\"containers\":[" MAIN "}]}", &opts, 9090, 8080, "no ports declared");
+    check_ports("{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":80}]}]}", &opts, 9090,
+                8080, "other ports declared");
+    check_ports("{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":8080}]}]}", &opts, 19090,
+                18080, "8080 declared");
+    check_ports("{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":8080}]}]}", &grpc_probe,
+                19090, 18080, "8080 declared, gRPC probes");
+    check_ports("{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":9090},"
+                "{\"containerPort\":8080,\"name\":\"http\"}]}]}",
+                &opts, 19090, 18080, "8080 and 9090 declared");
+    check_ports("{\"containers\":[" MAIN "},{\"name\":\"side\",\"ports\":[{\"containerPort\":"
+                "9090},{\"containerPort\":18080}]}]}",
+                &opts, 19091, 18081, "9090 and the first REST alternative in a second container");
+    check_ports("{\"containers\":[" MAIN "}],\"initContainers\":[{\"name\":\"side\","
+                "\"restartPolicy\":\"Always\",\"ports\":[{\"containerPort\":8080}]}]}",
+                &opts, 19090, 18080, "8080 in a sidecar");
+    check_ports("{\"containers\":[" MAIN "}],\"initContainers\":[{\"name\":\"setup\","
+                "\"ports\":[{\"containerPort\":8080}]}]}",
+                &opts, 9090, 8080, "8080 in an init container that ends before sandboxd starts");
+    struct sbx_inject_opts moved = opts;
+    moved.grpc_port = 7000;
+    moved.rest_port = 7001;
+    check_ports("{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":8080}]}]}", &moved, 7000,
+                7001, "configured ports, not declared");
+    refused("{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":8080,\"name\":"
+            "\"sandboxd-http\"}]}]}",
+            "our port name in the main container");
+    refused("{\"containers\":[" MAIN "},{\"name\":\"b\",\"ports\":[{\"containerPort\":1,"
+            "\"name\":\"sandboxd-grpc\"}]}]}",
+            "our port name in another container");
+    refused("{\"containers\":[" MAIN "}],\"initContainers\":[{\"name\":\"i\",\"ports\":"
+            "[{\"containerPort\":1,\"name\":\"sandboxd-http\"}]}]}",
+            "our port name in an init container");
+}
+
 int main(void)
 {
     struct sbx_error err = {0};
@@ -96,5 +209,6 @@ int main(void)
     bool fits = sbx_token_secret_name(longname, name, sizeof(name)) && strlen(name) <= 253;
     ok(fits, "secret name of a long sandbox name fits (%zu)", strlen(name));
     json_decref(sb);
+    ports();
     return done_testing();
 }
