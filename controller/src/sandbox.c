@@ -76,44 +76,60 @@ static int fetch_whole(struct sbx_ctrl *c, json_t *sb, const char *ns, json_t **
     return 0;
 }
 
+/* The token Secret and the Pod of sandbox whole (as read from the API server: the cache keeps
+ * no pod template). */
+static int create_pod(struct sbx_ctrl *c, json_t *whole, const char *ns, struct sbx_error *err)
+{
+    json_auto_t *want = NULL, *secret = NULL;
+    unsigned char raw[32];
+    char token[65], path[700];
+    int r;
+
+    if ((r = sbx_sandbox_pod(whole, &c->opts.inject, &want, err)) < 0)
+        return r;
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+        return sbx_error_set(err, errno, "getrandom");
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(token + 2 * i, 3, "%02x", raw[i]);
+    /* An existing Secret (409) keeps its token: clients may hold it already. */
+    if (!(secret = sbx_sandbox_secret(whole, token)))
+        return sbx_error_set(err, ENOMEM, "secret");
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets", ns);
+    if ((r = sbx_api_create(c->kube, path, secret, err)) < 0)
+        return r;
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
+    return sbx_api_create(c->kube, path, want, err);
+}
+
+/* The Service of sandbox whole: sandboxd's ports in it follow its pod template. */
+static int create_service(struct sbx_ctrl *c, json_t *whole, const char *ns, struct sbx_error *err)
+{
+    json_auto_t *want = sbx_sandbox_service(whole, &c->opts.inject);
+    char path[700];
+
+    if (!want)
+        return sbx_error_set(err, ENOMEM, "service");
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services", ns);
+    return sbx_api_create(c->kube, path, want, err);
+}
+
 static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *svc, const char *ns,
                           struct sbx_error *err)
 {
-    char path[700];
+    json_auto_t *whole = NULL;
+    bool want_svc = !svc && json_is_true(json_object_get(json_object_get(sb, "spec"), "service"));
     int r;
 
-    if (!pod) {
-        json_auto_t *want = NULL, *secret = NULL, *whole = NULL;
-        unsigned char raw[32];
-        char token[65];
-        if ((r = fetch_whole(c, sb, ns, &whole, err)) < 0)
-            return r;
-        if (!whole) /* deleted meanwhile: its event comes */
-            return 0;
-        if ((r = sbx_sandbox_pod(whole, &c->opts.inject, &want, err)) < 0)
-            return r;
-        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-            return sbx_error_set(err, errno, "getrandom");
-        for (size_t i = 0; i < sizeof(raw); i++)
-            snprintf(token + 2 * i, 3, "%02x", raw[i]);
-        /* An existing Secret (409) keeps its token: clients may hold it already. */
-        if (!(secret = sbx_sandbox_secret(sb, token)))
-            return sbx_error_set(err, ENOMEM, "secret");
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets", ns);
-        if ((r = sbx_api_create(c->kube, path, secret, err)) < 0)
-            return r;
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
-        if ((r = sbx_api_create(c->kube, path, want, err)) < 0)
-            return r;
-    }
-    if (!svc && json_is_true(json_object_get(json_object_get(sb, "spec"), "service"))) {
-        json_auto_t *want = sbx_sandbox_service(sb, &c->opts.inject);
-        if (!want)
-            return sbx_error_set(err, ENOMEM, "service");
-        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services", ns);
-        if ((r = sbx_api_create(c->kube, path, want, err)) < 0)
-            return r;
-    }
+    if (pod && !want_svc)
+        return 0;
+    if ((r = fetch_whole(c, sb, ns, &whole, err)) < 0)
+        return r;
+    if (!whole) /* deleted meanwhile: its event comes */
+        return 0;
+    if (!pod && (r = create_pod(c, whole, ns, err)) < 0)
+        return r;
+    if (want_svc && (r = create_service(c, whole, ns, err)) < 0)
+        return r;
     return 0;
 }
 
