@@ -10,7 +10,8 @@
 //	c, err := lease.Connect()                               // a *sandboxd.Client
 //
 // The address is the pod IP of the Sandbox status and the ports the pod's sandboxd-grpc and
-// sandboxd-http container ports (the controller's --sandboxd-grpc-port/--sandboxd-rest-port);
+// sandboxd-http container ports (the controller's --sandboxd-grpc-port/--sandboxd-rest-port, or
+// the pair it took instead when the pod's containers declare those);
 // the token is in the Secret "<sandbox>-sandboxd-token" the controller made. Config.Connect
 // says how to reach it: the pod IP, or from outside the cluster local ports forwarded through
 // the API server (pods/portforward); by default the pod IP when it answers. Errors of the
