@@ -56,6 +56,14 @@ objects = {
         {'containerPort': 9090}])]})),
     'sandbox_port_name_clash': (SANDBOX, sandbox({'containers': [dict(main, ports=[
         {'name': 'sandboxd-http', 'containerPort': 1234}])]})),
+    'sandbox_ports_moved_twice': (SANDBOX, sandbox({'containers': [dict(main, ports=[
+        {'containerPort': 8080}]), {'name': 's', 'image': 'y', 'ports': [{'containerPort': 18080}]}],
+        'initContainers': [{'name': 'i', 'restartPolicy': 'Always', 'ports': [
+            {'containerPort': 19091}, {'containerPort': 70000}]}]})),
+    'sandbox_grpc_ports_moved': (SANDBOX | GRPC, sandbox({'containers': [dict(main, ports=[
+        {'containerPort': 9090, 'name': 'app'}])]})),
+    'sandbox_port_name_in_init': (SANDBOX, sandbox({'containers': [main], 'initContainers': [
+        {'name': 'i', 'ports': [{'name': 'sandboxd-grpc', 'containerPort': 1}]}]})),
     'sandbox_mount_clash': (SANDBOX, sandbox({'containers': [dict(main, volumeMounts=[
         {'name': 'v', 'mountPath': '/var/run/sandboxd'}])]})),
     'sandbox_volume_clash': (SANDBOX, sandbox({'containers': [main],
