@@ -269,7 +269,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     struct hreq *r = *req_cls;
-
     struct sbx_http *h = cls;
     struct hconn *hc = conn_of(conn);
 
