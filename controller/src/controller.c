@@ -76,20 +76,20 @@ bool sbx_ctrl_cache_behind(struct sbx_ctrl *c, const char *qkey, json_t *cached)
     return behind;
 }
 
-/* The cache now holds obj: forgets a write of ours it has caught up with. */
+/* The object is gone: forgets a write of ours to it. A write the cache has caught up with is
+ * forgotten by the reconcile that sees it caught up (sbx_ctrl_cache_behind), not here: a
+ * reconcile that read the object just before this event still holds the older copy, and must
+ * still be told it is behind. */
 static void seen(struct sbx_ctrl *c, const char *kind, enum sbx_event ev, json_t *obj)
 {
     char qk[700];
-    uint64_t rv = sbx_object_rv(obj);
 
-    if (!sbx_queue_key(qk, sizeof(qk), kind, sbx_meta_str(obj, "namespace"),
+    if (ev != SBX_EVENT_DELETED ||
+        !sbx_queue_key(qk, sizeof(qk), kind, sbx_meta_str(obj, "namespace"),
                        sbx_meta_str(obj, "name") ?: ""))
         return;
     pthread_mutex_lock(&c->mu);
-    json_t *w = json_object_get(c->wrote, qk);
-    if (w && (ev == SBX_EVENT_DELETED || !rv ||
-              rv >= (uint64_t)json_integer_value(json_array_get(w, 0))))
-        json_object_del(c->wrote, qk);
+    json_object_del(c->wrote, qk);
     pthread_mutex_unlock(&c->mu);
 }
 
