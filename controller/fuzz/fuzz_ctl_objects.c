@@ -14,9 +14,12 @@
  * args; sandboxd's ports, volumes and mounts are there exactly once and nothing of the template's
  * clashes with them; both probes are objects; the service account token is mounted only when the
  * template says true; the runtime class is the template's when it names one, else the default;
- * name, namespace, owner and selector labels are the sandbox's. For the sandboxes built: the
- * template label its NetworkPolicy selects by, the owner, the claim's env and lifecycle. Every
- * refusal carries -errno and a message. */
+ * name, namespace, owner and selector labels are the sandbox's; each volume claim template is one
+ * volume of its name on its claim "<template>-<sandbox>", whose PersistentVolumeClaim
+ * (sbx_sandbox_pvc) has that name, the sandbox's label and owner and the template's spec. For the
+ * sandboxes built: the template label its NetworkPolicy selects by, the owner, the claim's env and
+ * lifecycle, the volume claim templates merged as sbx_claim_volumes says (a claim's only under a
+ * policy that takes them). Every refusal carries -errno and a message. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,7 +66,8 @@ static size_t count_port(json_t *ports, json_int_t port)
 
 static void check_refusal(int r, const struct sbx_error *err, const char *what)
 {
-    /* -EPERM: a claim's env the template does not allow (envVarsInjectionPolicy). */
+    /* -EPERM: a claim's env or volumes the template does not allow (envVarsInjectionPolicy,
+     * volumeClaimTemplatesPolicy). */
     CHECK((r == -EINVAL || r == -ENOMEM || r == -EPERM) && err->code == -r && err->msg[0],
           "%s: %d '%s'", what, r, err->msg);
 }
@@ -118,6 +122,55 @@ static void check_main(json_t *main, json_t *orig, const struct sbx_ports *pp)
           "a probe is missing");
 }
 
+/* Each volume claim template of sb: one volume of its name in the pod, on its claim, and the
+ * claim itself named so, labelled and owned as the sandbox's, with the template's spec. */
+static void check_claims(json_t *sb, json_t *vols)
+{
+    json_t *vcts = json_object_get(json_object_get(sb, "spec"), "volumeClaimTemplates"), *t, *v;
+    const char *name = sbx_meta_str(sb, "name");
+    char pvc[300], hash[9];
+    size_t i, j;
+
+    sbx_name_hash(name, hash);
+    json_array_foreach(vcts, i, t)
+    {
+        const char *tn = json_string_value(json_object_get(json_object_get(t, "metadata"), "name"));
+        CHECK(tn && *tn && sbx_pvc_name(tn, name, pvc, sizeof(pvc)), "claim template name");
+        CHECK(count_named(vols, "name", tn) == 1, "volume %s not there once", tn);
+        json_array_foreach(vols, j, v)
+        {
+            const char *vn = json_string_value(json_object_get(v, "name"));
+            if (vn && !strcmp(vn, tn))
+                CHECK(!strcmp(json_string_value(json_object_get(
+                                  json_object_get(v, "persistentVolumeClaim"), "claimName"))
+                                  ?: "",
+                              pvc),
+                      "volume %s is not on claim %s", tn, pvc);
+        }
+        struct sbx_error err = {0};
+        json_t *claim = NULL;
+        int r = sbx_sandbox_pvc(sb, t, &claim, &err);
+        if (r < 0) {
+            check_refusal(r, &err, "claim");
+            CHECK(!json_is_object(json_object_get(t, "spec")), "claim refused: %s", err.msg);
+            continue;
+        }
+        json_t *md = json_object_get(claim, "metadata");
+        json_t *owner = sbx_owner_ref(sb);
+        CHECK(!strcmp(sbx_meta_str(claim, "name") ?: "", pvc) &&
+                  !strcmp(json_string_value(
+                              json_object_get(json_object_get(md, "labels"), SBX_LABEL_HASH))
+                              ?: "",
+                          hash) &&
+                  json_array_size(json_object_get(md, "ownerReferences")) == 1 &&
+                  json_equal(json_array_get(json_object_get(md, "ownerReferences"), 0), owner) &&
+                  json_equal(json_object_get(claim, "spec"), json_object_get(t, "spec")),
+              "claim %s", pvc);
+        json_decref(owner);
+        json_decref(claim);
+    }
+}
+
 /* The pod of sandbox sb, built with o; checked against sb's template. */
 static void check_pod(json_t *sb, const struct sbx_inject_opts *o)
 {
@@ -168,6 +221,7 @@ static void check_pod(json_t *sb, const struct sbx_inject_opts *o)
     CHECK(count_named(vols, "name", SBX_BIN_VOLUME) == 1 &&
               count_named(vols, "name", SBX_TOKEN_VOLUME) == 1,
           "sandboxd's volumes");
+    check_claims(sb, vols);
     CHECK(sbx_token_secret_name(name, secret, sizeof(secret)), "secret name");
     json_array_foreach(vols, i, vol)
     {
@@ -338,6 +392,19 @@ static void claim_sandbox(json_t *claim, json_t *tmpl, const struct sbx_inject_o
           "shutdownPolicy");
     json_array_foreach(json_object_get(json_object_get(pt, "spec"), "containers"), i, ct)
         check_env(claim, tmpl, ct);
+    json_t *vcts = NULL;
+    CHECK(sbx_claim_volumes(claim, tmpl, &vcts, &err) == 0, "volumes of a sandbox built: %s",
+          err.msg);
+    CHECK(json_array_size(vcts) == 0
+              ? !json_object_get(spec, "volumeClaimTemplates")
+              : json_equal(vcts, json_object_get(spec, "volumeClaimTemplates")),
+          "the sandbox's volume claim templates are not the merged ones");
+    const char *vp = json_string_value(
+        json_object_get(json_object_get(tmpl, "spec"), "volumeClaimTemplatesPolicy"));
+    if (json_array_size(json_object_get(json_object_get(claim, "spec"), "volumeClaimTemplates")))
+        CHECK(vp && (!strcmp(vp, "Allowed") || !strcmp(vp, "Overrides")),
+              "volumes taken under policy %s", vp ? vp : "(none)");
+    json_decref(vcts);
     check_pod(sb, o);
     json_decref(sb);
 }

@@ -92,6 +92,32 @@ objects = {
         tmpl({'containers': [main]})]),
     'claim_label_number': (CLAIM, [claim({'additionalPodMetadata': {'annotations': {'a': 1}}}),
                                    tmpl({'containers': [main]})]),
+    'sandbox_vct': (SANDBOX, dict(sandbox({'containers': [main], 'volumes': [
+        {'name': 'workspace', 'emptyDir': {}}, {'name': 'keep', 'emptyDir': {}}]}),
+        spec=dict(sandbox({'containers': [main]})['spec'], volumeClaimTemplates=[
+            {'metadata': {'name': 'workspace', 'labels': {'a': 'b'}},
+             'spec': {'resources': {'requests': {'storage': '1Gi'}}}}]))),
+    'sandbox_vct_twice': (SANDBOX, dict(sandbox({'containers': [main]}), spec=dict(
+        sandbox({'containers': [main]})['spec'], volumeClaimTemplates=[
+            {'metadata': {'name': 'w'}, 'spec': {}}, {'metadata': {'name': 'w'}, 'spec': {}}]))),
+    'sandbox_vct_unnamed': (SANDBOX, dict(sandbox({'containers': [main]}), spec=dict(
+        sandbox({'containers': [main]})['spec'], volumeClaimTemplates=[{'spec': {}}]))),
+    'sandbox_vct_no_spec': (SANDBOX, dict(sandbox({'containers': [main]}), spec=dict(
+        sandbox({'containers': [main]})['spec'], volumeClaimTemplates=[
+            {'metadata': {'name': 'w'}, 'spec': None}]))),
+    'template_vct': (TEMPLATE, tmpl({'containers': [main]}, volumeClaimTemplates=[
+        {'metadata': {'name': 'w'}, 'spec': {'storageClassName': 's'}}])),
+    'claim_vct_disallowed': (CLAIM, [claim({'volumeClaimTemplates': [
+        {'metadata': {'name': 'x'}, 'spec': {}}]}), tmpl({'containers': [main]})]),
+    'claim_vct_allowed': (CLAIM, [claim({'volumeClaimTemplates': [
+        {'metadata': {'name': 'x'}, 'spec': {}}]}), tmpl({'containers': [main]},
+        volumeClaimTemplatesPolicy='Allowed', volumeClaimTemplates=[
+            {'metadata': {'name': 'w'}, 'spec': {}}])]),
+    'claim_vct_overrides': (CLAIM, [claim({'volumeClaimTemplates': [
+        {'metadata': {'name': 'w'}, 'spec': {'storageClassName': 'c'}},
+        {'metadata': {'name': 'x'}, 'spec': {}}]}), tmpl({'containers': [main]},
+        volumeClaimTemplatesPolicy='Overrides', volumeClaimTemplates=[
+            {'metadata': {'name': 'w'}, 'spec': {}}])]),
 }
 for name, (mode, obj) in objects.items():
     write('ctl_objects', name, bytes([mode]) + json.dumps(obj).encode())

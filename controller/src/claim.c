@@ -49,13 +49,14 @@ static json_t *lifecycle(json_t *claim)
     return out;
 }
 
-/* True when the claim needs its own pod: env or pod metadata only a new pod can take. */
+/* True when the claim needs its own pod: env, volumes or pod metadata only a new pod can take. */
 static bool needs_cold(json_t *claim)
 {
     json_t *spec = json_object_get(claim, "spec");
     json_t *md = json_object_get(spec, "additionalPodMetadata");
 
     return json_array_size(json_object_get(spec, "env")) > 0 ||
+           json_array_size(json_object_get(spec, "volumeClaimTemplates")) > 0 ||
            json_object_size(json_object_get(md, "labels")) > 0 ||
            json_object_size(json_object_get(md, "annotations")) > 0;
 }
@@ -272,6 +273,64 @@ static int apply_env(json_t *sandbox, json_t *claim, json_t *tmpl, struct sbx_er
     return 0;
 }
 
+/* The index of the volume claim template named `name` in list, or -1. */
+static long vct_index(json_t *list, const char *name)
+{
+    json_t *v;
+    size_t i;
+
+    json_array_foreach(list, i, v)
+    {
+        const char *n = json_string_value(json_object_get(json_object_get(v, "metadata"), "name"));
+        if (n && !strcmp(n, name))
+            return (long)i;
+    }
+    return -1;
+}
+
+int sbx_claim_volumes(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_error *err)
+{
+    json_t *tspec = json_object_get(tmpl, "spec");
+    json_t *tv = json_object_get(tspec, "volumeClaimTemplates");
+    json_t *cv = json_object_get(json_object_get(claim, "spec"), "volumeClaimTemplates"), *v;
+    const char *policy = json_string_value(json_object_get(tspec, "volumeClaimTemplatesPolicy"));
+    bool overrides = policy && !strcmp(policy, "Overrides");
+    struct sbx_error e = {0};
+    size_t i;
+
+    *ret = NULL;
+    if (sbx_check_claim_templates(tv, &e) < 0)
+        return sbx_error_set(err, EPERM, "the template's %s", e.msg);
+    json_auto_t *out = json_is_array(tv) ? json_deep_copy(tv) : json_array();
+    if (!out)
+        return sbx_error_set(err, ENOMEM, "volume claim templates");
+    if (json_array_size(cv) > 0) {
+        if (sbx_check_claim_templates(cv, &e) < 0)
+            return sbx_error_set(err, EPERM, "the claim's %s", e.msg);
+        if (!overrides && (!policy || strcmp(policy, "Allowed") != 0))
+            return sbx_error_set(err, EPERM,
+                                 "the claim sets volumeClaimTemplates but the template's "
+                                 "volumeClaimTemplatesPolicy is %s",
+                                 policy ? policy : "Disallowed");
+    }
+    json_array_foreach(cv, i, v)
+    {
+        const char *n = json_string_value(json_object_get(json_object_get(v, "metadata"), "name"));
+        long at = vct_index(out, n);
+        if (at >= 0 && !overrides)
+            return sbx_error_set(err, EPERM,
+                                 "the claim's volume claim template \"%.100s\" would override the "
+                                 "template's: its volumeClaimTemplatesPolicy is Allowed, not "
+                                 "Overrides",
+                                 n);
+        if ((at >= 0 ? json_array_set_new(out, (size_t)at, json_deep_copy(v))
+                     : json_array_append_new(out, json_deep_copy(v))) < 0)
+            return sbx_error_set(err, ENOMEM, "volume claim templates");
+    }
+    *ret = TAKE_PTR(out);
+    return 0;
+}
+
 int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_error *err)
 {
     const char *ns = sbx_meta_str(claim, "namespace"), *name = sbx_meta_str(claim, "name");
@@ -289,6 +348,11 @@ int sbx_claim_sandbox(json_t *claim, json_t *tmpl, json_t **ret, struct sbx_erro
     json_t *spec = json_object_get(want, "spec");
     json_auto_t *lc = lifecycle(claim);
     json_object_update(spec, lc);
+    json_auto_t *vcts = NULL;
+    if ((r = sbx_claim_volumes(claim, tmpl, &vcts, err)) < 0)
+        return r;
+    if (json_array_size(vcts) > 0)
+        json_object_set(spec, "volumeClaimTemplates", vcts);
     json_t *pt = json_object_get(spec, "podTemplate");
     json_t *pmd = json_object_get(pt, "metadata");
     for (int i = 0; i < 2; i++) {
@@ -326,19 +390,29 @@ static int claim_status(struct sbx_ctrl *c, json_t *claim, const char *sb_name, 
                         bool warm, const char *status, const char *reason, const char *message,
                         struct sbx_error *err);
 
+/* The claim cannot be served as it asks (err says why): its status says so, with no retry. */
+static int refuse(struct sbx_ctrl *c, json_t *claim, const char *reason, struct sbx_error *err)
+{
+    char why[sizeof(err->msg)];
+
+    snprintf(why, sizeof(why), "%s", err->msg);
+    return claim_status(c, claim, NULL, NULL, false, "False", reason, why, err);
+}
+
 /* A Sandbox for this claim alone, named like it. */
 static int cold_start(struct sbx_ctrl *c, json_t *claim, json_t *tmpl, struct sbx_error *err)
 {
-    json_auto_t *want = NULL;
+    json_auto_t *want = NULL, *vcts = NULL;
     char path[600];
-    int r = sbx_claim_sandbox(claim, tmpl, &want, err);
+    int r = sbx_claim_volumes(claim, tmpl, &vcts, err);
 
-    if (r == -EPERM) { /* its env cannot be served as it is: say so, no retry */
-        char why[sizeof(err->msg)];
-        snprintf(why, sizeof(why), "%s", err->msg);
-        return claim_status(c, claim, NULL, NULL, false, "False", "EnvVarsInjectionRejected", why,
-                            err);
-    }
+    if (r == -EPERM) /* its volumes cannot be had as asked */
+        return refuse(c, claim, "VolumeClaimTemplatesError", err);
+    if (r < 0)
+        return r;
+    r = sbx_claim_sandbox(claim, tmpl, &want, err);
+    if (r == -EPERM) /* its env cannot be served as it is */
+        return refuse(c, claim, "EnvVarsInjectionRejected", err);
     if (r < 0)
         return r;
     snprintf(path, sizeof(path), "/apis/%s/namespaces/%s/sandboxes", SBX_API_VERSION,

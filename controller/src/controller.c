@@ -93,7 +93,7 @@ static void seen(struct sbx_ctrl *c, const char *kind, enum sbx_event ev, json_t
     pthread_mutex_unlock(&c->mu);
 }
 
-/* A Pod or Service changed: its Sandbox reconciles. */
+/* A Pod, Service or PersistentVolumeClaim changed: its Sandbox reconciles. */
 static void on_child(enum sbx_event ev, json_t *obj, void *arg)
 {
     struct sbx_ctrl *c = arg;
@@ -248,7 +248,27 @@ static void project_sandbox(json_t *sb)
     sbx_json_keep(sb, top);
     sbx_json_keep(json_object_get(sb, "metadata"), child_meta);
     json_object_del(json_object_get(sb, "spec"), "podTemplate");
-    json_object_del(json_object_get(sb, "spec"), "volumeClaimTemplates");
+    /* Of its volume claim templates, the names (volumes.c looks their claims up by them). */
+    json_t *vcts = json_object_get(json_object_get(sb, "spec"), "volumeClaimTemplates"), *v;
+    size_t i;
+    json_array_foreach(vcts, i, v)
+    {
+        static const char *const keep[] = {"metadata", NULL};
+        static const char *const name[] = {"name", NULL};
+        sbx_json_keep(v, keep);
+        sbx_json_keep(json_object_get(v, "metadata"), name);
+    }
+}
+
+/* Of a PersistentVolumeClaim, whose it is and whether it is bound. */
+static void project_pvc(json_t *pvc)
+{
+    static const char *const top[] = {"metadata", "status", NULL};
+    static const char *const status[] = {"phase", NULL};
+
+    sbx_json_keep(pvc, top);
+    sbx_json_keep(json_object_get(pvc, "metadata"), child_meta);
+    sbx_json_keep(json_object_get(pvc, "status"), status);
 }
 
 /* Of a Service, only that it exists and whose it is. */
@@ -279,6 +299,8 @@ static int start_informer(struct sbx_ctrl *c, const char *name, const char *grou
         o.project = project_sandbox;
     else if (!strcmp(resource, "services"))
         o.project = project_service;
+    else if (!strcmp(resource, "persistentvolumeclaims"))
+        o.project = project_pvc;
     return sbx_informer_start(c->kube, &o, ret, err);
 }
 
@@ -345,6 +367,9 @@ int sbx_ctrl_start(struct sbx_ctrl *c, struct sbx_error *err)
                             on_child, &c->pods, err)) < 0 ||
         (r = start_informer(c, "services", "/api/v1", "services", SBX_LABEL_MANAGED "=" SBX_MANAGER,
                             on_child, &c->services, err)) < 0 ||
+        /* Claims carry the reference's labels only: the sandbox label marks ours. */
+        (r = start_informer(c, "persistentvolumeclaims", "/api/v1", "persistentvolumeclaims",
+                            SBX_LABEL_HASH, on_child, &c->pvcs, err)) < 0 ||
         (r = start_informer(c, "sandboxwarmpools", "/apis/" SBX_EXT_API_VERSION, "sandboxwarmpools",
                             NULL, on_pool, &c->pools, err)) < 0 ||
         (r = start_informer(c, "sandboxtemplates", "/apis/" SBX_EXT_API_VERSION, "sandboxtemplates",
@@ -388,15 +413,16 @@ int sbx_ctrl_delete_sandboxes_of(struct sbx_ctrl *c, const char *ns, const char 
 bool sbx_ctrl_synced(struct sbx_ctrl *c)
 {
     return sbx_informer_synced(c->sandboxes) && sbx_informer_synced(c->pods) &&
-           sbx_informer_synced(c->services) && sbx_informer_synced(c->templates) &&
-           sbx_informer_synced(c->pools) && sbx_informer_synced(c->claims);
+           sbx_informer_synced(c->services) && sbx_informer_synced(c->pvcs) &&
+           sbx_informer_synced(c->templates) && sbx_informer_synced(c->pools) &&
+           sbx_informer_synced(c->claims);
 }
 
 void sbx_ctrl_free(struct sbx_ctrl *c)
 {
     if (!c)
         return;
-    struct sbx_informer *infs[] = {c->sandboxes, c->pods,  c->services,
+    struct sbx_informer *infs[] = {c->sandboxes, c->pods,  c->services, c->pvcs,
                                    c->templates, c->pools, c->claims};
     /* Workers read the informers' caches and queue into both queues until they return: they
      * go first. They take no new key; requests in flight end at once; the informers' threads

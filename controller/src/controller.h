@@ -51,6 +51,7 @@ struct sbx_ctrl {
     struct sbx_kube *kube;
     struct sbx_ctrl_opts opts;
     struct sbx_informer *sandboxes, *pods, *services, *templates, *pools, *claims;
+    struct sbx_informer *pvcs;  /* the claims of Sandboxes' volumeClaimTemplates (volumes.c) */
     struct sbx_wq *queue;       /* sandbox: and pool: keys */
     struct sbx_wq *claim_queue; /* claim: keys: never stuck behind a refill */
     struct sbx_bucket refill;   /* paces warm-pool creations across pools */

@@ -105,9 +105,10 @@ static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
     struct {
         const char *name;
         struct sbx_informer *inf;
-    } infs[] = {{"sandboxes", c->sandboxes},    {"pods", c->pods},
-                {"services", c->services},      {"sandboxtemplates", c->templates},
-                {"sandboxwarmpools", c->pools}, {"sandboxclaims", c->claims}};
+    } infs[] = {{"sandboxes", c->sandboxes},        {"pods", c->pods},
+                {"services", c->services},          {"sandboxtemplates", c->templates},
+                {"sandboxwarmpools", c->pools},     {"sandboxclaims", c->claims},
+                {"persistentvolumeclaims", c->pvcs}};
     fprintf(f, "# TYPE sandboxd_controller_informer_lists_total counter\n");
     for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)
         informer_metrics(f, infs[i].name, infs[i].inf);

@@ -85,6 +85,118 @@ static int append(json_t *obj, const char *key, json_t *v)
     return json_array_append_new(arr, v) < 0 ? -ENOMEM : 0;
 }
 
+char *sbx_pvc_name(const char *vct, const char *sandbox, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s-%s", vct ? vct : "", sandbox ? sandbox : "");
+
+    return n > 0 && (size_t)n < size ? buf : NULL;
+}
+
+static const char *vct_name(json_t *vct)
+{
+    return json_string_value(json_object_get(json_object_get(vct, "metadata"), "name"));
+}
+
+int sbx_check_claim_templates(json_t *vcts, struct sbx_error *err)
+{
+    json_t *v;
+    size_t i;
+
+    if (!vcts || json_is_null(vcts))
+        return 0;
+    if (!json_is_array(vcts))
+        return sbx_error_set(err, EINVAL, "spec.volumeClaimTemplates is not a list");
+    json_array_foreach(vcts, i, v)
+    {
+        const char *name = vct_name(v);
+        if (!name || !*name)
+            return sbx_error_set(err, EINVAL,
+                                 "spec.volumeClaimTemplates[%zu]: metadata.name is "
+                                 "missing",
+                                 i);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(vct_name(json_array_get(vcts, j)), name))
+                return sbx_error_set(err, EINVAL,
+                                     "spec.volumeClaimTemplates[%zu]: name \"%.100s\" is used "
+                                     "twice",
+                                     i, name);
+    }
+    return 0;
+}
+
+int sbx_sandbox_pvc(json_t *sandbox, json_t *vct, json_t **ret, struct sbx_error *err)
+{
+    json_t *vmeta = json_object_get(vct, "metadata"), *spec = json_object_get(vct, "spec");
+    json_t *vlabels = json_object_get(vmeta, "labels"),
+           *vann = json_object_get(vmeta, "annotations");
+    const char *name = vct_name(vct);
+    char pvc[300], hash[9];
+
+    if (!name || !*name)
+        return sbx_error_set(err, EINVAL, "spec.volumeClaimTemplates: metadata.name is missing");
+    if (!json_is_object(spec))
+        return sbx_error_set(err, EINVAL,
+                             "spec.volumeClaimTemplates \"%.100s\": spec is not an "
+                             "object",
+                             name);
+    if (!sbx_pvc_name(name, meta_str(sandbox, "name"), pvc, sizeof(pvc)))
+        return sbx_error_set(err, EINVAL,
+                             "spec.volumeClaimTemplates \"%.100s\": the claim's "
+                             "name is too long",
+                             name);
+    json_auto_t *labels = json_is_object(vlabels) ? json_deep_copy(vlabels) : json_object();
+    sbx_name_hash(meta_str(sandbox, "name"), hash);
+    json_auto_t *meta =
+        json_pack("{s:s, s:s?, s:[o]}", "name", pvc, "namespace", meta_str(sandbox, "namespace"),
+                  "ownerReferences", sbx_owner_ref(sandbox));
+    if (!labels || !meta || json_object_set_new(labels, SBX_LABEL_HASH, json_string(hash)) < 0 ||
+        json_object_set(meta, "labels", labels) < 0 ||
+        (json_is_object(vann) && json_object_set(meta, "annotations", vann) < 0))
+        return sbx_error_set(err, ENOMEM, "claim");
+    *ret = json_pack("{s:s, s:s, s:O, s:o}", "apiVersion", "v1", "kind", "PersistentVolumeClaim",
+                     "metadata", meta, "spec", json_deep_copy(spec));
+    return *ret ? 0 : sbx_error_set(err, ENOMEM, "claim");
+}
+
+/* The volume claim templates' volumes into the pod spec: one per template, named as it, on its
+ * claim; a volume of the pod template with the same name gives way. */
+static int claim_volumes(json_t *spec, json_t *sandbox, struct sbx_error *err)
+{
+    json_t *vcts = json_object_get(json_object_get(sandbox, "spec"), "volumeClaimTemplates");
+    json_t *vols = json_object_get(spec, "volumes"), *v;
+    char pvc[300];
+    size_t i;
+    int r;
+
+    if ((r = sbx_check_claim_templates(vcts, err)) < 0)
+        return r;
+    if (json_array_size(vcts) == 0)
+        return 0;
+    for (i = json_array_size(vols); json_is_array(vols) && i-- > 0;) {
+        const char *n = json_string_value(json_object_get(json_array_get(vols, i), "name"));
+        json_t *e;
+        size_t j;
+        json_array_foreach(vcts, j, e)
+        {
+            if (n && !strcmp(n, vct_name(e))) {
+                json_array_remove(vols, i);
+                break;
+            }
+        }
+    }
+    json_array_foreach(vcts, i, v)
+    {
+        if (!sbx_pvc_name(vct_name(v), meta_str(sandbox, "name"), pvc, sizeof(pvc)))
+            return sbx_error_set(err, EINVAL,
+                                 "spec.volumeClaimTemplates[%zu]: the claim's name is too long", i);
+        if (append(spec, "volumes",
+                   json_pack("{s:s, s:{s:s}}", "name", vct_name(v), "persistentVolumeClaim",
+                             "claimName", pvc)) < 0)
+            return sbx_error_set(err, ENOMEM, "pod");
+    }
+    return 0;
+}
+
 /* Ports declared in a pod, a bit per port number. */
 struct port_set {
     uint8_t bit[65536 / 8];
@@ -334,7 +446,7 @@ int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **r
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec is missing");
     if (!meta || !sbx_token_secret_name(meta_str(sandbox, "name"), secret, sizeof(secret)))
         return sbx_error_set(err, ENOMEM, "pod");
-    if ((r = inject(spec, secret, o, err)) < 0)
+    if ((r = claim_volumes(spec, sandbox, err)) < 0 || (r = inject(spec, secret, o, err)) < 0)
         return r;
     /* A runtime class only when the template names one; a null or empty one would run the pod
      * under the node's default runtime instead of ours. */

@@ -57,11 +57,26 @@ void sbx_name_hash(const char *name, char buf[9]);
 /* The name of the token Secret of sandbox `name` into buf (NULL when it does not fit). */
 char *sbx_token_secret_name(const char *name, char *buf, size_t size);
 
+/* The name of the PersistentVolumeClaim that volume claim template `vct` makes for sandbox
+ * `sandbox`: "<vct>-<sandbox>", as the reference names it. NULL when it does not fit buf. */
+char *sbx_pvc_name(const char *vct, const char *sandbox, char *buf, size_t size);
+
+/* Checks a Sandbox's spec.volumeClaimTemplates (absent or null is none): a list of objects,
+ * each with a metadata.name of its own, none empty, none twice. -EINVAL naming the entry. */
+int sbx_check_claim_templates(json_t *vcts, struct sbx_error *err);
+
+/* The PersistentVolumeClaim of the sandbox's volume claim template vct: named by sbx_pvc_name,
+ * the template's labels and annotations with SBX_LABEL_HASH on top, its spec, owned by the
+ * sandbox (controller). -EINVAL naming the field when vct has no name or no spec object. */
+int sbx_sandbox_pvc(json_t *sandbox, json_t *vct, json_t **ret, struct sbx_error *err);
+
 /* An ownerReference (controller) to the sandbox. */
 json_t *sbx_owner_ref(json_t *sandbox);
 
-/* The Pod of sandbox. Fails with -EINVAL and a message naming the field when the template cannot
- * take the injection (no containers, a volume or port name we need already taken). */
+/* The Pod of sandbox. Each volume claim template becomes a volume of its name on its claim
+ * (sbx_pvc_name), replacing a volume of the pod template with that name (as a StatefulSet's do).
+ * Fails with -EINVAL and a message naming the field when the template cannot take the injection
+ * (no containers, a volume or port name we need already taken, bad volume claim templates). */
 int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **ret,
                     struct sbx_error *err);
 

@@ -50,6 +50,11 @@ int sbx_sandbox_from_template(json_t *tmpl, const char *ns, const char *name, js
     json_object_set_new(pl, SBX_LABEL_TEMPLATE, json_string(hash));
     if (json_is_boolean(service))
         json_object_set(spec, "service", service);
+    /* Its claims are made with the sandbox: a warm one has its volumes before a claim takes it. */
+    json_t *vcts = json_object_get(tspec, "volumeClaimTemplates");
+    if (json_array_size(vcts) > 0 &&
+        json_object_set_new(spec, "volumeClaimTemplates", json_deep_copy(vcts)) < 0)
+        return sbx_error_set(err, ENOMEM, "sandbox");
     json_t *ps = json_object_get(pt, "spec");
     if (sbx_template_default_policy(tmpl) && json_is_object(ps) &&
         !json_object_get(ps, "dnsPolicy") &&

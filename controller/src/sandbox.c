@@ -49,11 +49,9 @@ static int remove_children(struct sbx_ctrl *c, const char *key, const char *ns, 
     return 0;
 }
 
-/* The whole Sandbox, pod template included (the cache keeps none), at least as new as the cached
- * copy: served from the API server's watch cache. Returns 0 with *ret (NULL when it is gone or is
- * another object by now). */
-static int fetch_whole(struct sbx_ctrl *c, json_t *sb, const char *ns, json_t **ret,
-                       struct sbx_error *err)
+/* The cache keeps no pod template: the whole Sandbox comes from the API server's watch cache. */
+int sbx_sandbox_fetch(struct sbx_ctrl *c, json_t *sb, const char *ns, json_t **ret,
+                      struct sbx_error *err)
 {
     json_auto_t *body = NULL;
     char path[800];
@@ -122,7 +120,7 @@ static int ensure_running(struct sbx_ctrl *c, json_t *sb, json_t *pod, json_t *s
 
     if (pod && !want_svc)
         return 0;
-    if ((r = fetch_whole(c, sb, ns, &whole, err)) < 0)
+    if ((r = sbx_sandbox_fetch(c, sb, ns, &whole, err)) < 0)
         return r;
     if (!whole) /* deleted meanwhile: its event comes */
         return 0;
@@ -153,6 +151,18 @@ static void pod_ready(json_t *pod, struct ready *rd)
     *rd = (struct ready){"False", "DependenciesNotReady", ""};
     snprintf(rd->message, sizeof(rd->message), "Pod is not Ready (phase %s)",
              phase ? phase : "unknown");
+}
+
+/* A Pod not Ready while a claim of the sandbox is not bound waits on that volume: the scheduler
+ * holds a Pod whose claims are unbound. */
+static void volumes_ready(const struct sbx_volumes *vol, struct ready *rd)
+{
+    if (!strcmp(rd->status, "True") || !vol->unbound[0])
+        return;
+    *rd = (struct ready){"False", "VolumeClaimNotBound", ""};
+    snprintf(rd->message, sizeof(rd->message),
+             "PersistentVolumeClaim \"%.180s\" is not bound (phase %.20s)", vol->unbound,
+             vol->phase);
 }
 
 /* The status the sandbox should have. Conditions keep their lastTransitionTime while their
@@ -279,13 +289,15 @@ static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_err
     json_auto_t *sb = sbx_informer_get(c->sandboxes, key);
     json_auto_t *pod = NULL, *svc = NULL, *st = NULL;
     struct ready rd;
+    struct sbx_volumes vol;
     char ns[300], path[700];
     const char *name;
     int r;
 
     if (sbx_split_key(key, ns, sizeof(ns), &name) < 0)
         return sbx_error_set(err, EINVAL, "bad key");
-    if (!sb) /* gone: the garbage collector would do this, but may not run */
+    if (!sb) /* gone: the garbage collector would do this, but may not run (its claims are left
+              * to it: a workspace is data) */
         return remove_children(c, key, ns, name, NULL, true, err);
     if (json_object_get(json_object_get(sb, "metadata"), "deletionTimestamp"))
         return 0;
@@ -308,12 +320,16 @@ static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_err
         rd = (struct ready){"False", "SandboxExpired", "shutdownTime has passed"};
         drop(&pod, &svc);
     } else if (mode && !strcmp(mode, "Suspended")) {
-        if ((r = remove_children(c, key, ns, name, sb, false, err)) < 0)
+        /* Its claims stay, and are made as they would be running: the Pod comes back to them. */
+        if ((r = remove_children(c, key, ns, name, sb, false, err)) < 0 ||
+            ((r = sbx_sandbox_volumes(c, sb, ns, &vol, err)) < 0 && r != -EINVAL))
             return r;
         rd = (struct ready){"False", "SandboxSuspended", "operatingMode is Suspended"};
         drop(&pod, &svc);
     } else {
-        r = ensure_running(c, sb, pod, svc, ns, err);
+        r = sbx_sandbox_volumes(c, sb, ns, &vol, err);
+        if (r >= 0)
+            r = ensure_running(c, sb, pod, svc, ns, err);
         if (r == -EINVAL) { /* the spec cannot be run as it is: say so, do not retry */
             rd = (struct ready){"False", "InvalidSpec", ""};
             snprintf(rd.message, sizeof(rd.message), "%s", err->msg);
@@ -321,6 +337,7 @@ static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_err
             return r;
         } else {
             pod_ready(pod, &rd);
+            volumes_ready(&vol, &rd);
         }
     }
     if (!(st = desired_status(c, sb, pod, svc, &rd)))

@@ -13,7 +13,7 @@ from conftest import NODES, controller_bin, wait_until
 from test_pool import pool, template, wait_pool_ready
 from test_sandbox import SB, WAIT, condition, sandbox, wait_ready
 
-WATCHES = 6  # sandboxes, pods, services, templates, pools, claims
+WATCHES = 7  # sandboxes, pods, services, persistentvolumeclaims, templates, pools, claims
 
 
 def api_connections(pid, port):
