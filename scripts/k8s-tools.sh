@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes parts the controller's tests run against into $SANDBOXD_TOOLS (default
-# ~/.cache/sandboxd/bin), outside the repo: a real kube-apiserver and kube-scheduler from the
-# k8s.io/kubernetes Go module, etcd from its Go module, and kwok (which plays the kubelets of fake
+# ~/.cache/sandboxd/bin), outside the repo: a real kube-apiserver, kube-scheduler and
+# kube-controller-manager from the k8s.io/kubernetes Go module, etcd from its Go module, and kwok (which plays the kubelets of fake
 # Nodes, so scheduled Pods become Running with IPs); kubectl too, to run sbx as its plugin. Each binary carries a version stamp, so a second run
 # returns at once. Called by scripts/setup.sh; runs alone too.
 #
@@ -84,5 +84,7 @@ build_wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/ser
 build_wrapped kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 build_kube kube-apiserver
 build_kube kube-scheduler
+# kube-controller-manager, for owner-reference garbage collection and PV binding in the tests.
+build_kube kube-controller-manager
 # kubectl, to test sbx as a kubectl plugin (`kubectl sandbox ...`) for real.
 build_kube kubectl

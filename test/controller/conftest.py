@@ -1,15 +1,17 @@
 """Fixtures of the controller's tests: a real control plane on loopback.
 
 The session starts etcd, kube-apiserver (token auth file, RBAC authorization, a service-account
-signing key, TLS from a CA made here), kube-scheduler and kwok (which plays the kubelet of fake
-Nodes, so scheduled Pods become Running with IPs, and serves their kubelet API on loopback for
-pods/portforward). Every port is picked free on 127.0.0.1; every
+signing key, TLS from a CA made here), kube-scheduler, kube-controller-manager (only its garbage
+collector and the controllers that bind PersistentVolumes and guard claims in use, as in a cluster)
+and kwok (which plays the kubelet of fake Nodes, so scheduled Pods become Running with IPs, and
+serves their kubelet API on loopback for pods/portforward). Every port is picked free on 127.0.0.1; every
 wait is bounded; every process is stopped at the end. The controller runs as its service account
 with exactly the rights its manifests (controller/config) grant.
 
 Environment:
   SANDBOXD_CONTROLLER_BIN  the controller (set by CTest)
-  SANDBOXD_TOOLS           directory of kube-apiserver, kube-scheduler, etcd, kwok
+  SANDBOXD_TOOLS           directory of kube-apiserver, kube-scheduler, kube-controller-manager,
+                           etcd, kwok
                            (default ~/.cache/sandboxd/bin; scripts/k8s-tools.sh builds them)
 """
 
@@ -37,7 +39,12 @@ REPO = sbxtest.REPO
 CONFIG = REPO / "controller" / "config"
 HERE = Path(__file__).resolve().parent
 TOOLS = sbxtest.tools_dir()
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok")
+# What kube-controller-manager runs here: owner-reference garbage collection, PV binding, and the
+# finalizers that keep a claim or volume in use from going (the API server puts them on).
+KCM_CONTROLLERS = ("garbage-collector-controller", "persistentvolume-binder-controller",
+                   "persistentvolumeclaim-protection-controller",
+                   "persistentvolume-protection-controller")
 
 CONTROLLER_NS = "sandboxd-system"
 CONTROLLER_SA = "sandboxd-controller"
@@ -126,20 +133,22 @@ def write_kubeconfig(path, server, ca_file, token):
 
 
 class Cluster:
-    """etcd + kube-apiserver + kube-scheduler + kwok, on loopback."""
+    """etcd + kube-apiserver + kube-scheduler + kube-controller-manager + kwok, on loopback."""
 
     def __init__(self, d):
         self.dir = Path(d)
         self.procs = {}
         make_pki(d)
         self.tokens = {name: secrets.token_hex(16)
-                       for name in ("admin", "controller", "scheduler", "kwok", "nobody")}
+                       for name in ("admin", "controller", "scheduler", "kcm", "kwok", "nobody")}
         sa_user = f"system:serviceaccount:{CONTROLLER_NS}:{CONTROLLER_SA}"
         rows = [
             f'{self.tokens["admin"]},admin,admin-uid,"system:masters"',
             f'{self.tokens["controller"]},{sa_user},controller-uid,'
             f'"system:serviceaccounts,system:serviceaccounts:{CONTROLLER_NS},system:authenticated"',
             f'{self.tokens["scheduler"]},system:kube-scheduler,scheduler-uid,"system:authenticated"',
+            # The garbage collector reads and deletes objects of every resource, custom ones too.
+            f'{self.tokens["kcm"]},system:kube-controller-manager,kcm-uid,"system:masters"',
             # kwok plays every kubelet; it may write any node and pod status.
             f'{self.tokens["kwok"]},kwok,kwok-uid,"system:masters"',
             # Authenticated and bound to nothing: refused whatever it asks.
@@ -211,6 +220,21 @@ class Cluster:
             "--leader-elect=false", "--secure-port=0", "--v=0",
         ], self.dir)
 
+    def start_controller_manager(self):
+        self.procs["kube-controller-manager"] = Proc("kube-controller-manager", [
+            str(TOOLS / "kube-controller-manager"), f"--kubeconfig={self.kubeconfigs['kcm']}",
+            f"--controllers={','.join(KCM_CONTROLLERS)}", "--leader-elect=false",
+            "--secure-port=0", "--use-service-account-credentials=false", "--v=0",
+        ], self.dir)
+
+    def stop_controller_manager(self):
+        """Stops kube-controller-manager: no garbage collection nor binding until restarted."""
+        self.procs["kube-controller-manager"].stop()
+
+    def restart_controller_manager(self):
+        if not self.procs["kube-controller-manager"].alive():
+            self.start_controller_manager()
+
     def start_kwok(self):
         self.procs["kwok"] = Proc("kwok", [
             str(TOOLS / "kwok"), f"--kubeconfig={self.kubeconfigs['kwok']}",
@@ -228,7 +252,7 @@ class Cluster:
         self.wait_ready()
 
     def stop(self):
-        for name in ("kwok", "kube-scheduler", "kube-apiserver", "etcd"):
+        for name in ("kwok", "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"):
             if name in self.procs:
                 self.procs[name].stop()
 
@@ -257,6 +281,7 @@ def start_cluster(d):
         c.start_apiserver()
         c.wait_ready()
         c.start_scheduler()
+        c.start_controller_manager()
         for obj in yaml.safe_load_all((HERE / "kwok-crds.yaml").read_text()):
             c.admin.apply(obj)
         wait_until(lambda: established(c, "portforwards.kwok.x-k8s.io"), 30,
