@@ -35,6 +35,9 @@ DEB_PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
   tmux
+  # Terminals (test/integration/test_terminal*.py): a WebSocket client nobody here wrote, and a
+  # real browser driven headless through its driver.
+  python3-websockets python3-selenium chromium chromium-driver
   # sandboxd-static: the static archives (most come with libgrpc-dev already), and what
   # scripts/static-deps.sh needs to build libmicrohttpd without HTTPS from Debian's source.
   libssl-dev zlib1g-dev libc-ares-dev libre2-dev libabsl-dev dpkg-dev xz-utils

@@ -60,6 +60,7 @@ static long long arg_grpc_threads = 4;
 static long long arg_http_threads = 4;
 static long long arg_http_max_connections = 2048;
 static long long arg_http_max_per_peer = 512;
+static long long arg_max_websockets = 1024;
 static uint64_t arg_http_head_timeout_ms = 5000;
 static long long arg_max_upload_bytes = 16LL << 30;
 static long long arg_max_processes = 1024;
@@ -174,6 +175,8 @@ static const struct sbx_flag options[] = {
      "HTTP connections served at once; beyond, idle ones are closed for new ones (2048)"},
     {"http-max-connections-per-peer", opt_count, &arg_http_max_per_peer,
      "HTTP connections from one client address (512)"},
+    {"max-websockets", opt_count, &arg_max_websockets,
+     "WebSocket connections (terminals) at once, within --http-max-connections (1024)"},
     {"http-head-timeout", sbx_flag_duration, &arg_http_head_timeout_ms,
      "time a new HTTP connection has to send its first request head (5s)"},
     {"max-processes", opt_count, &arg_max_processes,
@@ -400,6 +403,9 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
         .alive = loop_alive,
         .auth = d.auth,
         .metrics_open = !arg_metrics_auth,
+        .jobs = d.jobs,
+        .loop = d.loop,
+        .max_websockets = (unsigned)arg_max_websockets,
     };
     int port = sbx_http_start(&d.http, &o, err);
 

@@ -127,7 +127,6 @@ enum sbx_auth_verdict sbx_auth_check(const struct sbx_auth *a, const char *value
 {
     static const char scheme[] = "bearer";
     const size_t n = sizeof(scheme) - 1;
-    uint8_t digest[DIGEST_LEN];
     size_t i = 0, end = len;
 
     if (!value)
@@ -143,9 +142,18 @@ enum sbx_auth_verdict sbx_auth_check(const struct sbx_auth *a, const char *value
     i += n;
     while (i < end && is_space(value[i]))
         i++;
+    return sbx_auth_check_token(a, value + i, end - i);
+}
+
+enum sbx_auth_verdict sbx_auth_check_token(const struct sbx_auth *a, const char *token, size_t len)
+{
+    uint8_t digest[DIGEST_LEN];
+
+    if (!token || !len)
+        return SBX_AUTH_MISSING;
     /* The digest of a candidate of any length takes the same time to compare: only its
      * hashing depends on its length, which the client chose and knows anyway. */
-    if (sha256(value + i, end - i, digest) < 0)
+    if (sha256(token, len, digest) < 0)
         return SBX_AUTH_WRONG;
     return CRYPTO_memcmp(digest, a->digest, DIGEST_LEN) == 0 ? SBX_AUTH_OK : SBX_AUTH_WRONG;
 }

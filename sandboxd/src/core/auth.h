@@ -38,6 +38,9 @@ int sbx_auth_load_file(const char *path, struct sbx_auth **ret, struct sbx_error
  * it need not be NUL-terminated. Thread-safe. */
 enum sbx_auth_verdict sbx_auth_check(const struct sbx_auth *a, const char *value, size_t len);
 
+/* Checks a bare token (a query parameter's), in constant time like sbx_auth_check. */
+enum sbx_auth_verdict sbx_auth_check_token(const struct sbx_auth *a, const char *token, size_t len);
+
 /* Refusals logged per second at most; the rest are counted and told with the next one logged. */
 #define SBX_AUTH_LOG_PER_SECOND 5
 

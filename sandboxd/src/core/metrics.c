@@ -22,6 +22,7 @@ static struct {
     uint64_t spawn_buckets[SBX_ARRAY_SIZE(buckets)];
     uint64_t spawn_count, spawn_ns_sum;
     uint64_t conn_closed[SBX_CONN_REASONS];
+    uint64_t terminals_opened, terminals_closed;
     const struct sbx_budget *output;
 } m;
 
@@ -132,6 +133,27 @@ static void render_truncated(FILE *f)
             (unsigned long long)get(&m.dropped[1]));
 }
 
+void sbx_metrics_terminal(bool opened)
+{
+    add(opened ? &m.terminals_opened : &m.terminals_closed, 1);
+}
+
+static void render_terminals(FILE *f)
+{
+    uint64_t opened = get(&m.terminals_opened), closed = get(&m.terminals_closed);
+
+    fprintf(f,
+            "# HELP sandboxd_terminal_connections WebSocket connections attached to terminals.\n"
+            "# TYPE sandboxd_terminal_connections gauge\n"
+            "sandboxd_terminal_connections %llu\n"
+            "# HELP sandboxd_terminal_connections_total WebSocket connections attached to "
+            "terminals since the start.\n"
+            "# TYPE sandboxd_terminal_connections_total counter\n"
+            "sandboxd_terminal_connections_total %llu\n",
+            (unsigned long long)(opened > closed ? opened - closed : 0),
+            (unsigned long long)opened);
+}
+
 void sbx_metrics_watch_output(const struct sbx_budget *b)
 {
     __atomic_store_n(&m.output, b, __ATOMIC_RELEASE);
@@ -207,6 +229,7 @@ char *sbx_metrics_render(size_t *len)
     render_truncated(f);
     render_output(f);
     render_connections(f);
+    render_terminals(f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

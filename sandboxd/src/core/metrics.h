@@ -2,6 +2,7 @@
  * rendered as text by sbx_metrics_render. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,9 @@ enum sbx_metric_conn {
     SBX_CONN_REASONS,
 };
 void sbx_metrics_connection_closed(enum sbx_metric_conn why);
+
+/* A WebSocket attached to a terminal (opened), or gone (closed). */
+void sbx_metrics_terminal(bool opened);
 
 /* The output budget whose use and refusals are rendered (NULL: none). */
 struct sbx_budget;

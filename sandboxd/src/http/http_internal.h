@@ -17,10 +17,12 @@ struct sbx_multipart;
 struct sbx_tar_unpack;
 
 struct sbx_gate;
+struct sbx_ws_set;
 
 struct sbx_http {
     struct MHD_Daemon *mhd;
     struct sbx_gate *gate; /* accepts for the server; NULL with opts.external */
+    struct sbx_ws_set *ws; /* upgraded connections; NULL without opts.jobs */
     struct sbx_http_opts o;
     time_t started;
     bool draining;
@@ -41,6 +43,9 @@ struct hreq {
     struct sbx_multipart *mp; /* a multipart/form-data body's parser */
     struct sbx_error err;
     uint64_t received;
+    /* an upgrade's state until the socket is handed over; upgrade_drop frees it if never */
+    void *upgrade_data;
+    void (*upgrade_drop)(void *data);
     /* small bodies (JSON) */
     char *body;
     size_t body_len;
@@ -65,6 +70,8 @@ enum route_access {
     ROUTE_AUTH,    /* the bearer token */
     ROUTE_OPEN,    /* anyone: probes send no credentials */
     ROUTE_METRICS, /* the token, unless metrics_open */
+    ROUTE_UPGRADE, /* the token, also as ?token= (a browser's WebSocket sets no header) */
+    ROUTE_PAGE,    /* anyone, as ROUTE_OPEN, but no probe: no reserved connection */
 };
 
 struct route {

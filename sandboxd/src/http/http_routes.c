@@ -6,6 +6,8 @@
 #include "cleanup.h"
 #include "http_files.h"
 #include "http_status.h"
+#include "http_terminal.h"
+#include "http_ui.h"
 
 static const struct route routes[] = {
     {"/v1/files/", "GET HEAD PUT DELETE", sbx_http_files, ROUTE_AUTH},
@@ -13,6 +15,11 @@ static const struct route routes[] = {
     {"/v1/stat/", "GET HEAD", sbx_http_stat, ROUTE_AUTH},
     {"/v1/dirs/", "PUT", sbx_http_dirs, ROUTE_AUTH},
     {"/v1/move", "POST", sbx_http_move, ROUTE_AUTH},
+    {"/v1/processes/", "GET", sbx_http_terminal_attach, ROUTE_UPGRADE},
+    {"/v1/terminal", "GET", sbx_http_terminal_new, ROUTE_UPGRADE},
+    /* The page holds no secret: a browser opens it without the token, which the page then
+     * takes from its URL fragment (never sent to us). */
+    {"/ui/", "GET HEAD", sbx_http_ui, ROUTE_PAGE},
     /* The reference's health route: probes written for the reference daemon call it. */
     {"/v1/health", "GET HEAD", sbx_http_health, ROUTE_OPEN},
     {"/v1/metadata", "GET HEAD", sbx_http_metadata, ROUTE_AUTH},

@@ -19,6 +19,7 @@
 #include "http_internal.h"
 #include "http_request.h"
 #include "http_routes.h"
+#include "http_ws.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -65,11 +66,16 @@ static bool authenticate(struct hctx *c, const struct route *rt, enum MHD_Result
     char more[64] = "";
     struct MHD_Response *resp;
 
-    if (!c->h->o.auth || (rt && rt->access == ROUTE_OPEN) ||
+    if (!c->h->o.auth || (rt && (rt->access == ROUTE_OPEN || rt->access == ROUTE_PAGE)) ||
         (rt && rt->access == ROUTE_METRICS && c->h->o.metrics_open))
         return true;
     MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, find_authorization, &a);
     v = a.count > 1 ? SBX_AUTH_MALFORMED : sbx_auth_check(c->h->o.auth, a.value, a.len);
+    if (v == SBX_AUTH_MISSING && rt && rt->access == ROUTE_UPGRADE) {
+        /* The query parameter, on these routes alone; never logged (no URL is). */
+        const char *token = sbx_http_arg(c, "token");
+        v = sbx_auth_check_token(c->h->o.auth, token, token ? strlen(token) : 0);
+    }
     if (v == SBX_AUTH_OK)
         return true;
     /* The route, not the URL: a client's bytes do not go into our log unescaped. */
@@ -281,6 +287,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!r)
         return;
     sbx_http_upload_release(r); /* a cut-off upload leaves nothing behind */
+    if (r->upgrade_drop)
+        r->upgrade_drop(r->upgrade_data); /* the upgrade never came */
     if (r->pending)
         MHD_destroy_response(r->pending);
     free(r->body);
@@ -375,7 +383,7 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
     /* poll, not epoll: with epoll, libmicrohttpd 0.9.75 notices a client that went away in the
      * middle of an upload only at the idle timeout (its temp file lingers until then). ITC: the
      * gate hands connections over from its own thread. */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ITC;
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ITC | MHD_ALLOW_UPGRADE;
     struct sbx_gate_opts g = {
         .host = o->host,
         .port = o->port,
@@ -393,6 +401,12 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
         return sbx_error_set(err, ENOMEM, "allocate http server");
     h->o = *o;
     h->started = time(NULL);
+    if (o->jobs && o->loop &&
+        (port = sbx_ws_set_new(&h->ws, o->loop, o->max_websockets ? o->max_websockets : 1024,
+                               64 * 1024, 256 * 1024, err)) < 0) {
+        free(h);
+        return port;
+    }
     h->metadata = build_metadata(o->metadata_prefix);
     /* The gate keeps the count (sbx_gate_ceiling); libmicrohttpd's limit is set where no
      * worker of its pool can reach it even if every connection went to that one: 0.9.75 keeps
@@ -458,6 +472,7 @@ void sbx_http_stop(struct sbx_http *h)
     if (!h)
         return;
     sbx_gate_stop(h->gate); /* no more connections handed over */
+    sbx_ws_set_free(h->ws); /* libmicrohttpd stops only once every upgraded socket is back */
     if (h->mhd)
         MHD_stop_daemon(h->mhd);
     sbx_gate_free(h->gate);

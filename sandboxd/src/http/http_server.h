@@ -13,6 +13,8 @@
 
 struct sbx_auth;
 struct sbx_http;
+struct sbx_jobs;
+struct sbx_loop;
 
 struct sbx_http_opts {
     const char *host;         /* NULL: every address of both families (IPv4 alone without IPv6) */
@@ -33,6 +35,11 @@ struct sbx_http_opts {
      * "Authorization: Bearer <token>"; 401 otherwise. Borrowed; must outlive the server. */
     struct sbx_auth *auth;
     bool metrics_open;
+    /* Terminals (WebSocket): the jobs they attach to and the loop their sockets run on; NULL:
+     * the terminal routes answer 503. */
+    struct sbx_jobs *jobs;
+    struct sbx_loop *loop;
+    unsigned max_websockets; /* WebSocket connections at once */
     /* No listening socket and no threads: the caller hands connections over with
      * sbx_http_add_connection and drives the server with sbx_http_run (the fuzz target does;
      * host and port are ignored). */
