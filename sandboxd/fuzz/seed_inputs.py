@@ -361,3 +361,43 @@ heads = [
 ]
 for name, data in heads:
     write('http_head', name, data)
+
+
+# --- ws_frame: a chunk-size byte, then a client's frames (masked, as clients must send them)
+def ws(b0, payload=b'', mask=b'\x37\xfa\x21\x3d', length=None, masked=True):
+    n = len(payload) if length is None else length
+    h = bytes([b0])
+    m = 0x80 if masked else 0
+    if n < 126:
+        h += bytes([m | n])
+    elif n < 65536:
+        h += bytes([m | 126]) + struct.pack('>H', n)
+    else:
+        h += bytes([m | 127]) + struct.pack('>Q', n)
+    if not masked:
+        return h + payload
+    return h + mask + bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+
+
+frames = [
+    ('hello', 0, ws(0x81, b'Hello')),
+    ('binary_keys', 2, ws(0x82, b'ls -l\r')),
+    ('resize', 5, ws(0x81, b'{"type":"resize","cols":120,"rows":40}')),
+    ('fragments_ping', 1, ws(0x01, b'Hel') + ws(0x89, b'p') + ws(0x00, b'l') + ws(0x80, b'o')),
+    ('close_code', 3, ws(0x88, b'\x03\xe8bye')),
+    ('close_empty', 0, ws(0x88)),
+    ('len16', 7, ws(0x82, b'x' * 300)),
+    ('len64', 255, ws(0x82, b'y' * 70000)),
+    ('too_big', 0, ws(0x82, length=5000)),
+    ('unmasked', 0, ws(0x82, b'abc', masked=False)),
+    ('reserved', 0, ws(0xc2, b'abc')),
+    ('opcode3', 0, ws(0x83, b'abc')),
+    ('bad_utf8', 0, ws(0x81, b'\xc3\x28')),
+    ('close_1005', 0, ws(0x88, b'\x03\xed')),
+    ('ping_126', 0, ws(0x89, b'p' * 126)),
+    ('cont_first', 0, ws(0x80, b'a')),
+    ('nested_text', 0, ws(0x01, b'a') + ws(0x81, b'b')),
+    ('len16_short', 0, b'\x82\xfe\x00\x05mask'),
+]
+for name, chunk, data in frames:
+    write('ws_frame', name, bytes([chunk]) + data)
