@@ -21,6 +21,16 @@ from conftest import RPC_TIMEOUT, Procs, http_request, wait_until
 WAIT = 10.0
 
 
+@pytest.fixture(scope="module")
+def daemon_env(tmp_path_factory):
+    """Login shells read the user's dotfiles: the daemons here get a HOME of their own, so that
+    what this machine's user runs at login (a version manager's rehash, which waits on a lock a
+    killed shell can leave behind) is no part of the test."""
+    env = dict(os.environ)
+    env["HOME"] = str(tmp_path_factory.mktemp("home"))
+    return env
+
+
 @pytest.fixture
 def procs(sandboxd, protos):
     return Procs(sandboxd.client().channel, protos)

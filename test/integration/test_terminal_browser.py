@@ -26,6 +26,16 @@ pytestmark = pytest.mark.skipif(
 WAIT = 20.0
 
 
+@pytest.fixture(scope="module")
+def daemon_env(tmp_path_factory):
+    """Login shells read the user's dotfiles: the daemons here get a HOME of their own, so that
+    what this machine's user runs at login (a version manager's rehash, which waits on a lock a
+    killed shell can leave behind) is no part of the test."""
+    env = dict(os.environ)
+    env["HOME"] = str(tmp_path_factory.mktemp("home"))
+    return env
+
+
 @pytest.fixture
 def browser():
     from selenium import webdriver
@@ -76,6 +86,9 @@ def test_terminal_page_in_chromium(sandboxd, protos, browser):
     browser.get(base)
     wait_until(lambda: attached(browser), WAIT, what="the page attached to a new shell")
     pid = js(browser, "window.sbx.state.id")
+    # As a person would, type once the shell shows its prompt (what is typed before a shell sets
+    # up its line editor may be thrown away).
+    wait_until(lambda: screen(browser).rstrip().endswith(("#", "$")), WAIT, what="a prompt")
 
     # Typing reaches the shell; its output reaches the screen.
     type_keys(browser, "echo hello-$((6*7))\n")
