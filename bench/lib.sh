@@ -1,5 +1,5 @@
-# Sourced by bench/run.sh and bench/rest.sh: building what a benchmark runs.
-# Needs REPO, BENCH, OUT and REV (may be empty) set; defaults SANDBOXD_TOOLS, creates OUT.
+# Sourced by the bench/*.sh scripts: building what a benchmark runs, and the head lines of a run's
+# table. Needs REPO, BENCH, OUT and REV (may be empty) set; defaults SANDBOXD_TOOLS, creates OUT.
 
 # shellcheck source=../scripts/reference.sh
 . "$REPO/scripts/reference.sh"
@@ -34,4 +34,18 @@ build_sandboxd() {
 build_client() {
   (cd "$BENCH" && GOFLAGS=-buildvcs=false go build -o "$OUT/sbxbench" ./cmd/sbxbench)
   SBX=$OUT/sbxbench
+}
+
+# The head lines every run's table starts with: the machine, and which daemon of ours ran.
+machine_line() {
+  echo "machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
+}
+ours_line() {
+  if [ -n "${SANDBOXD_BIN:-}" ]; then
+    echo "ours: $SANDBOXD (given)"
+  elif [ -n "$REV" ]; then
+    echo "ours: $SANDBOXD (commit $REV, Release)"
+  else
+    echo "ours: $SANDBOXD (work tree at $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" status --porcelain -- sandboxd proto CMakeLists.txt 2>/dev/null | grep -q . && echo ' + uncommitted changes'), Release)"
+  fi
 }

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Assembles the benchmark report: the tables that bench/run.sh, rest.sh, image.sh, ssh.sh and
-controller.sh leave in their run directories, as one table (area, measure, ours, reference,
+"""Assembles the benchmark report: the tables that bench/run.sh, rest.sh, terminal.sh, image.sh,
+ssh.sh and controller.sh leave in their run directories, as one table (area, measure, ours, reference,
 floor, ratio, target, result, how to reproduce), and each run's header below it.
 
     bench/report.py --out report.md AREA=RUNDIR [AREA=RUNDIR ...]
 
-AREA names the benchmark: exec (run.sh), rest (rest.sh), image (image.sh), ssh (ssh.sh),
-controller (controller.sh); RUNDIR is the directory holding its table.md. A table of a shape
+AREA names the benchmark: exec (run.sh), rest (rest.sh), terminal (terminal.sh), image
+(image.sh), ssh (ssh.sh), controller (controller.sh); RUNDIR is the directory holding its table.md. A table of a shape
 this script does not know is kept as it is, under its area."""
 
 import argparse
@@ -17,6 +17,7 @@ from pathlib import Path
 COMMANDS = {
     "exec": "bench/run.sh",
     "rest": "bench/rest.sh",
+    "terminal": "bench/terminal.sh",
     "image": "bench/image.sh",
     "ssh": "bench/ssh.sh",
     "controller": "bench/controller.sh",
@@ -67,7 +68,8 @@ def trailer_lines(text, limit=8):
 
 
 def rows_standard(area, head, rows):
-    """run.sh and rest.sh: measure | ours | reference | floor / pipe | ratio | target | result."""
+    """run.sh, rest.sh and terminal.sh: measure | ours | reference | floor / pipe | ratio | target |
+    result."""
     return [{"area": area, "measure": r[0], "ours": r[1], "reference": r[2], "floor": r[3],
              "ratio": r[4], "target": r[5], "result": r[6]} for r in rows if len(r) >= 7]
 

@@ -5,9 +5,9 @@
 #
 #   bench/report.sh [--quick] [--soak MINUTES] [--only AREA,...] [--out DIR]
 #
-#   --quick       the quick variants (run.sh and rest.sh --quick, 1 round elsewhere): ~10 minutes
+#   --quick       the quick variants (run.sh, rest.sh, terminal.sh --quick, 1 round elsewhere): ~10 minutes
 #   --soak N      also the mixed soak (bench/soak.py) for N minutes (0: none; the report wants 10)
-#   --only LIST   only these areas: exec, rest, image, ssh, controller, soak
+#   --only LIST   only these areas: exec, rest, terminal, image, ssh, controller, soak
 #   --out DIR     where the runs and report.md go, outside the repo (/tmp/sandboxd-bench)
 #
 # A benchmark is not a test: a missed target never makes it fail; a benchmark that cannot run
@@ -16,7 +16,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=/tmp/sandboxd-bench QUICK=0 SOAK=0 ONLY=exec,rest,image,ssh,controller,soak
+OUT=/tmp/sandboxd-bench QUICK=0 SOAK=0 ONLY=exec,rest,terminal,image,ssh,controller,soak
 while [ $# -gt 0 ]; do
   case $1 in
   --quick) QUICK=1 ;;
@@ -64,6 +64,7 @@ r1=()
 
 wanted exec && bench exec 'run-*' "$REPO/bench/run.sh" "${q[@]}" --out "$OUT"
 wanted rest && bench rest 'rest-*' "$REPO/bench/rest.sh" "${q[@]}" --out "$OUT"
+wanted terminal && bench terminal 'terminal-2*' "$REPO/bench/terminal.sh" "${q[@]}" --out "$OUT"
 wanted image && bench image 'image-2*' "$REPO/bench/image.sh" "${r1[@]}" --out "$OUT"
 wanted ssh && bench ssh 'ssh-2*' "$REPO/bench/ssh.sh" "${r1[@]}" --out "$OUT"
 if wanted controller; then

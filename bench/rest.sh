@@ -142,14 +142,8 @@ recycle() { [ "$RECYCLE" = 1 ] && echo "$1" || echo ""; }
 FSDESC="$(df --output=source,fstype "$ROOTS" | tail -1 | awk '{print $2 " on " $1}') (mounted on $(df --output=target "$ROOTS" | tail -1))"
 {
   echo "# sandboxd REST benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
-  if [ -n "${SANDBOXD_BIN:-}" ]; then
-    echo "ours: $SANDBOXD (given)"
-  elif [ -n "$REV" ]; then
-    echo "ours: $SANDBOXD (commit $REV, Release)"
-  else
-    echo "ours: $SANDBOXD (work tree at $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" status --porcelain -- sandboxd CMakeLists.txt 2>/dev/null | grep -q . && echo ' + uncommitted changes'), Release)"
-  fi
+  machine_line
+  ours_line
   echo "reference: $REFERENCE_MODULE@$REFERENCE_VERSION"
   echo "root dirs and floor files: $ROOTS, $FSDESC"
   echo "small requests: $TOOLNAME$([ "$TOOLNAME" = wrk ] && echo " $(wrk -v 2>&1 | head -1 | awk '{print $2}') -t$THREADS") -c$CONNS, $DURATION windows after a $WARMUP warm-up"

@@ -136,14 +136,8 @@ m() { "$@" || echo "run.sh: measurement failed: $*" >&2; }
 
 {
   echo "# sandboxd benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
-  if [ -n "${SANDBOXD_BIN:-}" ]; then
-    echo "ours: $SANDBOXD (given)"
-  elif [ -n "$REV" ]; then
-    echo "ours: $SANDBOXD (commit $REV, Release)"
-  else
-    echo "ours: $SANDBOXD (work tree at $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" status --porcelain -- sandboxd proto CMakeLists.txt 2>/dev/null | grep -q . && echo ' + uncommitted changes'), Release)"
-  fi
+  machine_line
+  ours_line
   echo "reference: $REFERENCE_MODULE@$REFERENCE_VERSION"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (anything but this benchmark running adds noise)"
   echo "options: rounds=$ROUNDS duration=$DURATION warmup=$WARMUP stream-bytes=$STREAM_BYTES chunks='$CHUNKS' window=$WINDOW conns=$CONNS ready-runs=$READY_RUNS"

@@ -21,6 +21,11 @@
 //	sbxbench floorget  -file F                              local sendfile loop into a loopback socket
 //	sbxbench restsmall -url U -label L -what W              small GETs per second (wrk, or a Go client)
 //	sbxbench restreport FILE...                             print the REST table of ratios
+//
+// The terminal benchmark (bench/terminal.sh; term*.go):
+//
+//	sbxbench term -transport pty|ws|grpc|procs              keystroke-to-echo round trips and bursts
+//	sbxbench termreport FILE...                             print the terminal table
 package main
 
 import (
@@ -31,7 +36,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|spawn|cmd|pipe|ready|wait|freeport|report|restput|restget|floorput|floorget|restsmall|restreport} [flags]")
+	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|spawn|cmd|pipe|ready|wait|freeport|report|restput|restget|floorput|floorget|restsmall|restreport|term|termreport} [flags]")
 	os.Exit(2)
 }
 
@@ -57,6 +62,9 @@ func main() {
 		"floorget":   cmdFloorGet,
 		"restsmall":  cmdRestSmall,
 		"restreport": cmdRestReport,
+
+		"term":       cmdTerm,
+		"termreport": cmdTermReport,
 	}
 	fn, ok := cmds[os.Args[1]]
 	if !ok {
