@@ -17,6 +17,8 @@ set -euo pipefail
 K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.5
 KWOK_VERSION=v0.8.0
+# helm, to install the chart (deploy/helm/sandboxd) in test/controller/test_helm.py.
+HELM_VERSION=v3.22.0
 
 log() { printf 'k8s-tools: %s\n' "$*" >&2; }
 
@@ -66,17 +68,20 @@ build_kube() {
   log "$name built in $(($(date +%s) - t0)) s"
 }
 
-# build_wrapped NAME MODULE VERSION PACKAGE: builds PACKAGE of MODULE@VERSION through a wrapper.
+# build_wrapped NAME MODULE VERSION PACKAGE [LDFLAGS]: builds PACKAGE of MODULE@VERSION through a
+# wrapper.
 build_wrapped() {
-  local name=$1 mod=$2 ver=$3 pkg=$4 tmp
+  local name=$1 mod=$2 ver=$3 pkg=$4 ldflags=${5:-} tmp t0
   fresh "$name" "$mod@$ver" && return 0
   log "building $name from $mod@$ver"
+  t0=$(date +%s)
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
   wrapper "$tmp" "$mod" "$ver"
-  (cd "$tmp" && GOFLAGS=-mod=mod "${GO_BUILD[@]}" -ldflags="-s -w" \
+  (cd "$tmp" && GOFLAGS=-mod=mod "${GO_BUILD[@]}" -ldflags="-s -w $ldflags" \
     -o "$SANDBOXD_TOOLS/$name" "$pkg")
   echo "$mod@$ver" >"$SANDBOXD_TOOLS/.$name.version"
+  log "$name built in $(($(date +%s) - t0)) s"
 }
 
 mkdir -p "$SANDBOXD_TOOLS"
@@ -88,3 +93,7 @@ build_kube kube-scheduler
 build_kube kube-controller-manager
 # kubectl, to test sbx as a kubectl plugin (`kubectl sandbox ...`) for real.
 build_kube kubectl
+# helm: its version string is a link-time variable, which `helm version` and the charts'
+# kubeVersion checks read.
+build_wrapped helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"

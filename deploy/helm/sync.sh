@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Copies what the chart shares with the kustomize manifests from controller/config, their one
+# source: the CRDs into sandboxd/crds/, and the controller's roles into sandboxd/files/rbac/,
+# from which the chart's RBAC templates take their rules. Run it after changing either;
+# test/controller/test_helm.py fails while the copies differ. (Copies, not symlinks: helm warns
+# of every symlink it follows, on every command.)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+config="$here/../../controller/config"
+chart="$here/sandboxd"
+rm -f "$chart"/crds/*.yaml
+cp "$config"/crd/*.yaml "$chart/crds/"
+cp "$config/rbac/role.yaml" "$chart/files/rbac/role.yaml"
