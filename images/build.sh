@@ -3,8 +3,10 @@
 #
 #   localhost/sandboxd:<version>             the injector (sandboxd.Containerfile): sandboxd-static
 #                                            and sandboxd-install, FROM scratch, non-root
-#   localhost/sandboxd-controller:<version>  the controller (controller.Containerfile), once the
-#                                            CMake target sandboxd-controller exists
+#   localhost/sandboxd-controller:<version>  the controller (controller.Containerfile): the static
+#                                            sandboxd-controller-static (or, where the build has
+#                                            none, sandboxd-controller with its shared libraries),
+#                                            FROM scratch, non-root
 #
 # into the local container storage (where podman finds them) and, with --oci DIR, also into an
 # OCI image layout at DIR (tags sandboxd-<version>, sandboxd-controller-<version>).
@@ -83,8 +85,12 @@ if [ -z "$controller_bin" ]; then
     log "controller image not built: there is no CMake target sandboxd-controller yet"
     exit 0
   fi
-  cmake --build "$build" -j2 --target sandboxd-controller >/dev/null
-  controller_bin=$(find "$build" -name sandboxd-controller -type f -perm -u+x | head -n1)
+  target=sandboxd-controller
+  if ninja -C "$build" -t targets all | grep -q '^sandboxd-controller-static:'; then
+    target=sandboxd-controller-static
+  fi
+  cmake --build "$build" -j2 --target "$target" >/dev/null
+  controller_bin=$(find "$build" -name "$target" -type f -perm -u+x | head -n1)
 fi
 root="$ctx/controller/rootfs"
 mkdir -p "$root"

@@ -18,13 +18,7 @@ endif()
 # of which Debian ships no static archive. scripts/static-deps.sh (run by scripts/setup.sh)
 # builds the same Debian source version without HTTPS into a per-machine cache; without it the
 # target is skipped, with a message.
-set(SBX_STATIC_DEPS "$ENV{SANDBOXD_STATIC_DEPS}")
-if(NOT SBX_STATIC_DEPS)
-  set(SBX_STATIC_DEPS "$ENV{HOME}/.cache/sandboxd/static")
-  if(DEFINED ENV{XDG_CACHE_HOME})
-    set(SBX_STATIC_DEPS "$ENV{XDG_CACHE_HOME}/sandboxd/static")
-  endif()
-endif()
+include(${PROJECT_SOURCE_DIR}/cmake/static_deps.cmake)
 file(GLOB SBX_MHD_STATIC "${SBX_STATIC_DEPS}/libmicrohttpd-${MHD_VERSION}-*/lib/libmicrohttpd.a")
 if(NOT SBX_MHD_STATIC)
   set(why "no libmicrohttpd ${MHD_VERSION} without HTTPS in ${SBX_STATIC_DEPS} "

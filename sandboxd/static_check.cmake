@@ -1,15 +1,22 @@
-# Run after linking sandboxd-static: fails if the result needs a dynamic loader (an INTERP or
-# DYNAMIC program header), then prints the size of the stripped binary against its budget.
+# Run after linking sandboxd-static (or NAME, with BUDGET bytes): fails if the result needs a
+# dynamic loader (an INTERP or DYNAMIC program header), then prints the size of the stripped
+# binary against its budget.
+if(NOT NAME)
+  set(NAME sandboxd-static)
+endif()
 set(budget 8388608)
+if(BUDGET)
+  set(budget ${BUDGET})
+endif()
 execute_process(COMMAND readelf -lW ${BIN} OUTPUT_VARIABLE headers RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "readelf -l ${BIN} failed")
 endif()
 string(REGEX MATCH "\n +(INTERP|DYNAMIC) " dynamic "${headers}")
 if(dynamic)
-  message(FATAL_ERROR "sandboxd-static is not static: it has a ${CMAKE_MATCH_1} header")
+  message(FATAL_ERROR "${NAME} is not static: it has a ${CMAKE_MATCH_1} header")
 endif()
 file(SIZE ${BIN} size)
 math(EXPR kib "${size} / 1024")
 math(EXPR budget_kib "${budget} / 1024")
-message(STATUS "sandboxd-static: ${kib} KiB stripped, static (budget ${budget_kib} KiB)")
+message(STATUS "${NAME}: ${kib} KiB stripped, static (budget ${budget_kib} KiB)")

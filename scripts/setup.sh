@@ -39,7 +39,7 @@ DEB_PACKAGES=(
   # real browser driven headless through its driver.
   python3-websockets python3-selenium chromium chromium-driver
   # sandboxd-static: the static archives (most come with libgrpc-dev already), and what
-  # scripts/static-deps.sh needs to build libmicrohttpd without HTTPS from Debian's source.
+  # scripts/static-deps.sh needs to build libmicrohttpd and libcurl from Debian's source.
   libssl-dev zlib1g-dev libc-ares-dev libre2-dev libabsl-dev dpkg-dev xz-utils
   # test/image: rootfs trees, gVisor, containers and images without a Docker engine.
   busybox-static debootstrap runsc podman buildah runc catatonit uidmap
@@ -105,7 +105,7 @@ install_schemathesis() {
 
 mkdir -p "$SANDBOXD_TOOLS"
 # libmicrohttpd without HTTPS for sandboxd-static; without it only that target is skipped.
-"$(dirname "$0")/static-deps.sh" >/dev/null || log "static-deps.sh failed: no sandboxd-static"
+"$(dirname "$0")/static-deps.sh" >/dev/null || log "static-deps.sh failed: no sandboxd-static or sandboxd-controller-static"
 build_reference
 install_schemathesis
 # The Python SDK's virtualenv (pinned packages from PyPI).

@@ -264,13 +264,21 @@ def controller_manager(cluster):
     p.stop()
 
 
+def image_controller():
+    """The image's controller (sandboxd-controller-static) where the build has one, else the
+    controller of the build (a sanitizer build has no static one)."""
+    return os.environ.get("SANDBOXD_CONTROLLER_STATIC_BIN") or controller_bin()
+
+
 def sa_kubeconfig(cluster, ns, path):
-    """A kubeconfig with a token of the chart's service account (TokenRequest API)."""
+    """A kubeconfig with a token of the chart's service account (TokenRequest API). The server
+    is named `localhost`: the static controller resolves it without NSS (c-ares, /etc/hosts)."""
     tr = cluster.admin.request(
         "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{SA}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
          "spec": {"expirationSeconds": 3600}})
-    return write_kubeconfig(path, cluster.server, cluster.ca, tr["status"]["token"])
+    return write_kubeconfig(path, f"https://localhost:{cluster.port}", cluster.ca,
+                            tr["status"]["token"])
 
 
 def controller_args(cluster, ns):
@@ -279,9 +287,9 @@ def controller_args(cluster, ns):
 
 
 def run_as_chart(cluster, ns, kubeconfig, name):
-    """Our controller with the Deployment's own arguments, as its service account (what the
-    pod would run: kwok runs no container)."""
-    argv = [controller_bin(), *controller_args(cluster, ns), f"--kubeconfig={kubeconfig}",
+    """The image's controller with the Deployment's own arguments, as its service account (what
+    the pod would run: kwok runs no container)."""
+    argv = [image_controller(), *controller_args(cluster, ns), f"--kubeconfig={kubeconfig}",
             "--metrics-bind-address=127.0.0.1:0"]
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)
