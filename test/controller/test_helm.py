@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import (CONFIG, REPO, RUNTIME_CLASS, TOOLS, Proc, controller_bin, wait_until,
-                      write_kubeconfig)
+from conftest import (CONFIG, REPO, RUNTIME_CLASS, TOOLS, Proc, controller_bin, established,
+                      wait_until, write_kubeconfig)
 from kube import ApiError
 
 CHART = REPO / "deploy" / "helm" / "sandboxd"
@@ -192,6 +192,36 @@ def test_monitoring_rendered_only_when_enabled():
         assert metric + "{" in r["expr"], r["expr"]
         assert 'service="sandboxd-controller"' in r["expr"]
     assert "> 3" in rules[1]["expr"]
+
+
+def test_monitoring_objects_pass_server_side_validation(cluster, namespace):
+    """The ServiceMonitor and PrometheusRule against prometheus-operator's CRDs (generated from
+    its Go types by scripts/k8s-tools.sh), applied to this API server for the check."""
+    crds = sorted((TOOLS / "crds").glob("monitoring.coreos.com_*.yaml"))
+    if len(crds) != 2:
+        pytest.skip(f"no prometheus-operator CRDs in {TOOLS / 'crds'}: run scripts/k8s-tools.sh")
+    for f in crds:
+        cluster.admin.apply(yaml.safe_load(f.read_text()))
+    for crd in ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"):
+        wait_until(lambda: established(cluster, crd), 30, what=f"CRD {crd} established")
+    objs = [o for o in template("namespace.create=false", f"namespace.name={namespace}",
+                                "metrics.serviceMonitor.enabled=true",
+                                "metrics.serviceMonitor.scrapeTimeout=10s",
+                                "metrics.prometheusRule.enabled=true")
+            if o["kind"] in ("ServiceMonitor", "PrometheusRule")]
+    assert len(objs) == 2
+    p = subprocess.run([str(TOOLS / "kubectl"), f"--kubeconfig={cluster.kubeconfigs['admin']}",
+                        "apply", "--dry-run=server", "--validate=strict", "-f", "-"],
+                       input=yaml.safe_dump_all(objs), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("(server dry run)") == 2, p.stdout
+    # The schema holds: a misspelt field of ours would be refused.
+    bad = json.loads(json.dumps(find(objs, "ServiceMonitor")))
+    bad["spec"]["endpoints"][0]["intervall"] = "5s"
+    p = subprocess.run([str(TOOLS / "kubectl"), f"--kubeconfig={cluster.kubeconfigs['admin']}",
+                        "apply", "--dry-run=server", "--validate=strict", "-f", "-"],
+                       input=yaml.safe_dump(bad), capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "intervall" in p.stderr, p.stdout + p.stderr
 
 
 def test_rendered_objects_pass_server_side_validation(cluster, namespace):
