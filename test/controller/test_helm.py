@@ -7,7 +7,7 @@ has) reconciling a Sandbox, a warm pool and a claim, an upgrade that rolls the D
 leaves user objects untouched, a rollback, and an uninstall that keeps the CRDs and user
 objects. The chart's CRDs and roles are controller/config's (deploy/helm/sync.sh copies them).
 
-Needs helm and kube-controller-manager in SANDBOXD_TOOLS (scripts/k8s-tools.sh builds them).
+Needs helm in SANDBOXD_TOOLS (scripts/k8s-tools.sh builds it).
 """
 
 import http.client
@@ -276,20 +276,20 @@ def test_restricted_namespace_refuses_pod_without_the_security_context(cluster):
         assert e.value.status == 403 and 'violates PodSecurity "restricted' in str(e.value), e.value
 
 
+# The workload controllers a Deployment needs, which the cluster's kube-controller-manager
+# (conftest.KCM_CONTROLLERS: garbage collection and volumes) does not run.
+WORKLOAD_CONTROLLERS = ("deployment-controller", "replicaset-controller", "disruption-controller")
+
+
 @pytest.fixture(scope="module")
-def controller_manager(cluster):
-    """kube-controller-manager's deployment, replicaset and garbage-collector controllers (a
-    Deployment becomes pods; uninstalled ones go), unless the cluster runs one already."""
-    if "kube-controller-manager" in cluster.procs:
-        yield cluster.procs["kube-controller-manager"]
-        return
-    kcm = TOOLS / "kube-controller-manager"
-    if not os.access(kcm, os.X_OK):
-        pytest.skip(f"kube-controller-manager not found in {TOOLS}: run scripts/k8s-tools.sh")
-    p = Proc("kube-controller-manager-helm", [
-        str(kcm), f"--kubeconfig={cluster.kubeconfigs['admin']}", "--leader-elect=false",
-        "--controllers=deployment,replicaset,garbagecollector,disruption",
-        "--secure-port=0", "--v=0"], cluster.dir)
+def workload_controllers(cluster):
+    """A second kube-controller-manager for this module, running only the controllers that make
+    a Deployment's ReplicaSets and pods and a PodDisruptionBudget's status; the cluster's own
+    collects the garbage (an uninstalled Deployment's ReplicaSets and pods)."""
+    p = Proc("kube-controller-manager-workloads", [
+        str(TOOLS / "kube-controller-manager"), f"--kubeconfig={cluster.kubeconfigs['kcm']}",
+        f"--controllers={','.join(WORKLOAD_CONTROLLERS)}", "--leader-elect=false",
+        "--secure-port=0", "--use-service-account-credentials=false", "--v=0"], cluster.dir)
     yield p
     p.stop()
 
@@ -382,7 +382,7 @@ def snapshot(cluster, ns):
     return out
 
 
-def test_install_upgrade_rollback_uninstall(cluster, namespace, helm, controller_manager, tmp_path):
+def test_install_upgrade_rollback_uninstall(cluster, namespace, helm, workload_controllers, tmp_path):
     k = cluster.admin
     ns = restricted_namespace(cluster)
     base = ["--namespace", ns, "--set", "namespace.create=false", "--set", "namespace.name=",
