@@ -1,0 +1,613 @@
+#define _GNU_SOURCE
+#include "relay.h"
+
+#include <errno.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "upstreams.h"
+
+#define MAX_THREADS 16
+#define KEY_MAX 256 /* a routing key's value */
+
+struct call;
+
+/* One operation in flight; fn runs on a completion-queue thread. */
+struct tag {
+    void (*fn)(struct call *c, bool ok);
+    struct call *c;
+};
+
+struct call {
+    struct sbx_relay *r;
+    pthread_mutex_t lock;
+    int refs; /* one per batch in flight, and the handler's */
+    grpc_call *down; /* the client's call to us */
+    grpc_call *up;   /* ours to the sandbox */
+    grpc_call_details details;
+    grpc_metadata_array req_md;
+    grpc_metadata *fwd;
+    size_t n_fwd;
+    grpc_metadata_array up_initial, up_trailing;
+    grpc_metadata *initial_out, *trailing_out;
+    size_t n_initial_out, n_trailing_out;
+    grpc_status_code status;
+    grpc_slice status_details;
+    int cancelled;
+    grpc_byte_buffer *c2s, *s2c;
+    bool initial_sent, up_done, status_in, down_sending, status_sent;
+    struct tag t_new, t_closed, t_up_initial, t_up_status, t_down_recv, t_up_sent, t_up_recv,
+        t_down_sent, t_half_closed, t_status_sent;
+};
+
+struct sbx_relay {
+    struct sbx_relay_opts o;
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    struct sbx_upstreams *ups;
+    pthread_t threads[MAX_THREADS];
+    int n_threads;
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    unsigned live;  /* calls not yet freed */
+    bool stopping;  /* no more acceptors */
+    uint64_t calls, refused;
+    struct tag t_shutdown;
+    bool shut_down;
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* A call's life */
+
+static void call_unref(struct call *c)
+{
+    struct sbx_relay *r = c->r;
+    int left;
+
+    pthread_mutex_lock(&c->lock);
+    left = --c->refs;
+    pthread_mutex_unlock(&c->lock);
+    if (left)
+        return;
+    if (c->up)
+        grpc_call_unref(c->up);
+    if (c->down)
+        grpc_call_unref(c->down);
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->req_md);
+    grpc_metadata_array_destroy(&c->up_initial);
+    grpc_metadata_array_destroy(&c->up_trailing);
+    grpc_slice_unref(c->status_details);
+    if (c->c2s)
+        grpc_byte_buffer_destroy(c->c2s);
+    if (c->s2c)
+        grpc_byte_buffer_destroy(c->s2c);
+    free(c->fwd);
+    free(c->initial_out);
+    free(c->trailing_out);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    pthread_mutex_lock(&r->lock);
+    if (--r->live == 0)
+        pthread_cond_broadcast(&r->idle);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Starts a batch on call (down or up) holding a reference for it; false when gRPC refused it. */
+static bool batch(struct call *c, grpc_call *call, const grpc_op *ops, size_t n, struct tag *t)
+{
+    grpc_call_error e;
+
+    c->refs++; /* under c->lock, or before the call is shared */
+    e = grpc_call_start_batch(call, ops, n, t, NULL);
+    if (e != GRPC_CALL_OK) {
+        c->refs--;
+        log_debug("router: batch refused: %d", e);
+        return false;
+    }
+    return true;
+}
+
+static void arm_acceptor(struct sbx_relay *r);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Metadata */
+
+static bool key_is(grpc_slice k, const char *name)
+{
+    size_t n = strlen(name);
+
+    return GRPC_SLICE_LENGTH(k) == n && memcmp(GRPC_SLICE_START_PTR(k), name, n) == 0;
+}
+
+/* What a relay must not pass on: our routing keys, and what gRPC itself writes. */
+static bool hop_only(grpc_slice k)
+{
+    const char *p = (const char *)GRPC_SLICE_START_PTR(k);
+    size_t n = GRPC_SLICE_LENGTH(k);
+
+    return (n >= 10 && memcmp(p, "x-sandbox-", 10) == 0) || (n >= 5 && memcmp(p, "grpc-", 5) == 0) ||
+           (n >= 1 && p[0] == ':') || key_is(k, "te") || key_is(k, "content-type") ||
+           key_is(k, "user-agent") || key_is(k, "host");
+}
+
+/* The entries of a to pass on, in a malloc'ed array (borrowing a's slices). */
+static grpc_metadata *filter(const grpc_metadata_array *a, size_t *n)
+{
+    grpc_metadata *out = calloc(a->count + 1, sizeof(*out));
+
+    *n = 0;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < a->count; i++)
+        if (!hop_only(a->metadata[i].key))
+            out[(*n)++] = a->metadata[i];
+    return out;
+}
+
+static void value_of(const grpc_metadata_array *a, const char *key, char *buf, const char **out)
+{
+    for (size_t i = 0; i < a->count; i++) {
+        size_t n;
+        if (!key_is(a->metadata[i].key, key))
+            continue;
+        n = GRPC_SLICE_LENGTH(a->metadata[i].value);
+        if (n >= KEY_MAX)
+            n = KEY_MAX - 1; /* too long for any valid key: refused by the checks */
+        memcpy(buf, GRPC_SLICE_START_PTR(a->metadata[i].value), n);
+        buf[n] = '\0';
+        if (memchr(buf, '\0', n))
+            buf[0] = '\x01'; /* a NUL inside: invalid whatever it says */
+        *out = buf;
+        return;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Relaying */
+
+static void on_nothing(struct call *c, bool ok)
+{
+    (void)c;
+    (void)ok;
+}
+
+/* The status goes to the client once the sandbox sent it and every message before it is
+ * through. Under c->lock. */
+static void maybe_finish(struct call *c)
+{
+    grpc_op ops[2] = {0};
+    size_t n = 0;
+
+    if (!c->status_in || !c->up_done || c->down_sending || c->status_sent)
+        return;
+    c->trailing_out = filter(&c->up_trailing, &c->n_trailing_out);
+    if (!c->initial_sent) {
+        c->initial_out = filter(&c->up_initial, &c->n_initial_out);
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].data.send_initial_metadata.count = c->n_initial_out;
+        ops[n].data.send_initial_metadata.metadata = c->initial_out;
+        n++;
+        c->initial_sent = true;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = c->status;
+    ops[n].data.send_status_from_server.status_details = &c->status_details;
+    ops[n].data.send_status_from_server.trailing_metadata_count = c->n_trailing_out;
+    ops[n].data.send_status_from_server.trailing_metadata = c->trailing_out;
+    n++;
+    c->status_sent = true;
+    batch(c, c->down, ops, n, &c->t_status_sent);
+}
+
+static void recv_from_up(struct call *c)
+{
+    grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
+
+    op.data.recv_message.recv_message = &c->s2c;
+    if (!batch(c, c->up, &op, 1, &c->t_up_recv))
+        c->up_done = true;
+}
+
+static void recv_from_down(struct call *c)
+{
+    grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
+
+    op.data.recv_message.recv_message = &c->c2s;
+    batch(c, c->down, &op, 1, &c->t_down_recv);
+}
+
+static void on_up_initial(struct call *c, bool ok)
+{
+    pthread_mutex_lock(&c->lock);
+    if (ok)
+        recv_from_up(c);
+    else
+        c->up_done = true; /* the upstream call failed: its status tells */
+    maybe_finish(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_up_recv(struct call *c, bool ok)
+{
+    grpc_op ops[2] = {0};
+    size_t n = 0;
+
+    pthread_mutex_lock(&c->lock);
+    if (!ok || !c->s2c) {
+        c->up_done = true; /* the sandbox sent its last message */
+        maybe_finish(c);
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    if (!c->initial_sent) {
+        c->initial_out = filter(&c->up_initial, &c->n_initial_out);
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].data.send_initial_metadata.count = c->n_initial_out;
+        ops[n].data.send_initial_metadata.metadata = c->initial_out;
+        n++;
+        c->initial_sent = true;
+    }
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = c->s2c;
+    n++;
+    c->down_sending = batch(c, c->down, ops, n, &c->t_down_sent);
+    if (!c->down_sending) {
+        grpc_call_cancel(c->up, NULL);
+        c->up_done = true;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_down_sent(struct call *c, bool ok)
+{
+    pthread_mutex_lock(&c->lock);
+    grpc_byte_buffer_destroy(c->s2c);
+    c->s2c = NULL;
+    c->down_sending = false;
+    if (ok) {
+        recv_from_up(c);
+    } else {
+        /* The client is gone: the sandbox's call ends too. */
+        grpc_call_cancel(c->up, NULL);
+        c->up_done = true;
+    }
+    maybe_finish(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_down_recv(struct call *c, bool ok)
+{
+    grpc_op op = {0};
+
+    pthread_mutex_lock(&c->lock);
+    if (ok && c->c2s) {
+        op.op = GRPC_OP_SEND_MESSAGE;
+        op.data.send_message.send_message = c->c2s;
+        batch(c, c->up, &op, 1, &c->t_up_sent);
+    } else if (ok) {
+        op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT; /* the client half-closed */
+        batch(c, c->up, &op, 1, &c->t_half_closed);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_up_sent(struct call *c, bool ok)
+{
+    pthread_mutex_lock(&c->lock);
+    grpc_byte_buffer_destroy(c->c2s);
+    c->c2s = NULL;
+    if (ok)
+        recv_from_down(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_up_status(struct call *c, bool ok)
+{
+    (void)ok;
+    pthread_mutex_lock(&c->lock);
+    c->status_in = true;
+    maybe_finish(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_closed(struct call *c, bool ok)
+{
+    (void)ok;
+    pthread_mutex_lock(&c->lock);
+    if (c->cancelled && c->up)
+        grpc_call_cancel(c->up, NULL); /* the client cancelled, or its deadline passed */
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Answers the call with status and msg, relaying nothing. */
+static void refuse(struct call *c, grpc_status_code status, const char *msg)
+{
+    grpc_op ops[3] = {0};
+
+    c->status = status;
+    c->status_details = grpc_slice_from_copied_string(msg);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[1].data.recv_close_on_server.cancelled = &c->cancelled;
+    ops[2].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[2].data.send_status_from_server.status = status;
+    ops[2].data.send_status_from_server.status_details = &c->status_details;
+    pthread_mutex_lock(&c->r->lock);
+    c->r->refused++;
+    pthread_mutex_unlock(&c->r->lock);
+    pthread_mutex_lock(&c->lock);
+    batch(c, c->down, ops, 3, &c->t_status_sent);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Opens the call to the sandbox and starts relaying. */
+static void relay(struct call *c, grpc_channel *ch)
+{
+    struct sbx_relay *r = c->r;
+    grpc_op up[2] = {0}, closed = {0}, status = {0};
+
+    c->up = grpc_channel_create_call(ch, c->down, GRPC_PROPAGATE_DEFAULTS, r->cq,
+                                     c->details.method, NULL, c->details.deadline, NULL);
+    c->fwd = filter(&c->req_md, &c->n_fwd);
+    if (!c->up || !c->fwd) {
+        refuse(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "router: out of memory");
+        return;
+    }
+    closed.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    closed.data.recv_close_on_server.cancelled = &c->cancelled;
+    up[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    up[0].data.send_initial_metadata.count = c->n_fwd;
+    up[0].data.send_initial_metadata.metadata = c->fwd;
+    up[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+    up[1].data.recv_initial_metadata.recv_initial_metadata = &c->up_initial;
+    status.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    status.data.recv_status_on_client.trailing_metadata = &c->up_trailing;
+    status.data.recv_status_on_client.status = &c->status;
+    status.data.recv_status_on_client.status_details = &c->status_details;
+    pthread_mutex_lock(&c->lock);
+    batch(c, c->down, &closed, 1, &c->t_closed);
+    batch(c, c->up, up, 2, &c->t_up_initial);
+    batch(c, c->up, &status, 1, &c->t_up_status);
+    recv_from_down(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_new(struct call *c, bool ok)
+{
+    struct sbx_relay *r = c->r;
+    char id[KEY_MAX], ns[KEY_MAX], port[KEY_MAX], uid[KEY_MAX], ip[KEY_MAX];
+    struct sbx_route_keys k = {0};
+    struct sbx_target t;
+    struct sbx_error e = {0};
+    grpc_channel *ch;
+
+    arm_acceptor(r);
+    if (!ok)
+        return; /* the server is shutting down: this call never came */
+    pthread_mutex_lock(&r->lock);
+    r->calls++;
+    pthread_mutex_unlock(&r->lock);
+    value_of(&c->req_md, "x-sandbox-id", id, &k.id);
+    value_of(&c->req_md, "x-sandbox-namespace", ns, &k.ns);
+    value_of(&c->req_md, "x-sandbox-port", port, &k.port);
+    value_of(&c->req_md, "x-sandbox-uid", uid, &k.uid);
+    value_of(&c->req_md, "x-sandbox-pod-ip", ip, &k.pod_ip);
+    if (sbx_target_parse(&k, r->o.default_port, &r->o.target, &t, &e) < 0) {
+        refuse(c, GRPC_STATUS_INVALID_ARGUMENT, e.msg);
+        return;
+    }
+    ch = sbx_upstreams_get(r->ups, t.host, &e);
+    if (!ch) {
+        refuse(c, GRPC_STATUS_UNAVAILABLE, e.msg);
+        return;
+    }
+    relay(c, ch);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The server */
+
+static struct call *call_new(struct sbx_relay *r)
+{
+    struct call *c = calloc(1, sizeof(*c));
+    struct tag *tags[] = {&c->t_new,       &c->t_closed,   &c->t_up_initial, &c->t_up_status,
+                          &c->t_down_recv, &c->t_up_sent,  &c->t_up_recv,    &c->t_down_sent,
+                          &c->t_half_closed, &c->t_status_sent};
+    void (*fns[])(struct call *, bool) = {on_new,      on_closed,  on_up_initial, on_up_status,
+                                          on_down_recv, on_up_sent, on_up_recv,    on_down_sent,
+                                          on_nothing,   on_nothing};
+
+    if (!c)
+        return NULL;
+    c->r = r;
+    c->refs = 1; /* the acceptor's, dropped after on_new */
+    pthread_mutex_init(&c->lock, NULL);
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->req_md);
+    grpc_metadata_array_init(&c->up_initial);
+    grpc_metadata_array_init(&c->up_trailing);
+    c->status_details = grpc_empty_slice();
+    for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++)
+        *tags[i] = (struct tag){.fn = fns[i], .c = c};
+    return c;
+}
+
+static void arm_acceptor(struct sbx_relay *r)
+{
+    struct call *c;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->stopping) {
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    r->live++;
+    pthread_mutex_unlock(&r->lock);
+    c = call_new(r);
+    if (!c || grpc_server_request_call(r->server, &c->down, &c->details, &c->req_md, r->cq, r->cq,
+                                       &c->t_new) != GRPC_CALL_OK) {
+        log_error(0, "router: cannot wait for gRPC calls");
+        if (c) {
+            call_unref(c);
+        } else {
+            pthread_mutex_lock(&r->lock);
+            r->live--;
+            pthread_mutex_unlock(&r->lock);
+        }
+    }
+}
+
+static void on_shutdown(struct call *c, bool ok)
+{
+    (void)c;
+    (void)ok;
+}
+
+static void *poll_cq(void *arg)
+{
+    struct sbx_relay *r = arg;
+
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(r->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        struct tag *t;
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            return NULL;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        t = ev.tag;
+        if (t == &r->t_shutdown) {
+            pthread_mutex_lock(&r->lock);
+            r->shut_down = true;
+            pthread_cond_broadcast(&r->idle);
+            pthread_mutex_unlock(&r->lock);
+            continue;
+        }
+        t->fn(t->c, ev.success);
+        call_unref(t->c);
+    }
+}
+
+int sbx_relay_new(struct sbx_relay **ret, const struct sbx_relay_opts *o, struct sbx_error *err)
+{
+    struct sbx_relay *r = calloc(1, sizeof(*r));
+    grpc_arg args[2] = {
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer = o->max_message_bytes},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+         .value.integer = o->max_message_bytes},
+    };
+    grpc_channel_args cargs = {.num_args = 2, .args = args};
+    int rc;
+
+    if (!r)
+        return sbx_error_set(err, ENOMEM, "allocate relay");
+    r->o = *o;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->idle, NULL);
+    r->t_shutdown = (struct tag){.fn = on_shutdown};
+    rc = sbx_upstreams_new(&r->ups, o->max_upstreams ? o->max_upstreams : 4096,
+                           o->max_message_bytes, err);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    r->cq = grpc_completion_queue_create_for_next(NULL);
+    r->server = grpc_server_create(&cargs, NULL);
+    grpc_server_register_completion_queue(r->server, r->cq, NULL);
+    *ret = r;
+    return 0;
+}
+
+int sbx_relay_listen(struct sbx_relay *r, const char *addr, struct sbx_error *err)
+{
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(r->server, addr, creds);
+
+    grpc_server_credentials_release(creds);
+    if (port <= 0)
+        return sbx_error_set(err, EADDRINUSE, "cannot listen on %s", addr);
+    return port;
+}
+
+int sbx_relay_start(struct sbx_relay *r, struct sbx_error *err)
+{
+    int n = r->o.threads > 0 && r->o.threads <= MAX_THREADS ? r->o.threads : 4;
+
+    grpc_server_start(r->server);
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&r->threads[i], NULL, poll_cq, r) != 0)
+            return sbx_error_set(err, EAGAIN, "start relay thread");
+        r->n_threads++;
+    }
+    /* Several acceptors, so a burst of calls is not served one accept at a time. */
+    for (int i = 0; i < 2 * n; i++)
+        arm_acceptor(r);
+    return 0;
+}
+
+void sbx_relay_add_fd(struct sbx_relay *r, int fd)
+{
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+
+    grpc_server_add_channel_from_fd(r->server, fd, creds);
+    grpc_server_credentials_release(creds);
+}
+
+void sbx_relay_stats(struct sbx_relay *r, struct sbx_relay_stats *s)
+{
+    pthread_mutex_lock(&r->lock);
+    s->calls = r->calls;
+    s->refused = r->refused;
+    pthread_mutex_unlock(&r->lock);
+    sbx_upstreams_count(r->ups, &s->upstreams_open, &s->upstreams_created);
+}
+
+void sbx_relay_free(struct sbx_relay *r, uint64_t grace_ms)
+{
+    struct timespec until;
+
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->stopping = true;
+    pthread_mutex_unlock(&r->lock);
+    if (r->n_threads) {
+        grpc_server_shutdown_and_notify(r->server, r->cq, &r->t_shutdown);
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(grace_ms / 1000);
+        until.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&r->lock);
+        while (!r->shut_down &&
+               pthread_cond_timedwait(&r->idle, &r->lock, &until) != ETIMEDOUT)
+            ;
+        pthread_mutex_unlock(&r->lock);
+        grpc_server_cancel_all_calls(r->server);
+        pthread_mutex_lock(&r->lock);
+        while (!r->shut_down || r->live)
+            pthread_cond_wait(&r->idle, &r->lock);
+        pthread_mutex_unlock(&r->lock);
+    }
+    grpc_server_destroy(r->server);
+    grpc_completion_queue_shutdown(r->cq);
+    for (int i = 0; i < r->n_threads; i++)
+        pthread_join(r->threads[i], NULL);
+    grpc_completion_queue_destroy(r->cq);
+    sbx_upstreams_free(r->ups);
+    pthread_cond_destroy(&r->idle);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}

@@ -1,0 +1,43 @@
+/* The gRPC relay: every call the router's gRPC server receives, whatever its method, relayed to
+ * the sandbox its metadata names (x-sandbox-id, -namespace, -port, -uid, -pod-ip) over one
+ * pooled HTTP/2 connection per upstream, stream for stream: metadata, every message both ways,
+ * half-close, cancellation both ways, the deadline, and the status with its trailers, untouched.
+ * On gRPC C core's generic calls. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "target.h"
+
+struct sbx_relay;
+
+struct sbx_relay_opts {
+    int threads;                 /* completion-queue threads */
+    int max_message_bytes;       /* either way; -1: no limit */
+    int default_port;            /* of a call without x-sandbox-port: sandboxd's gRPC port */
+    struct sbx_target_opts target;
+    unsigned max_upstreams;      /* pooled connections; the least recently used goes beyond */
+};
+
+/* Creates the relay's server (not yet listening). */
+int sbx_relay_new(struct sbx_relay **ret, const struct sbx_relay_opts *o, struct sbx_error *err);
+
+/* Listens on addr ("host:port"); returns the bound port or -errno. Before sbx_relay_start. */
+int sbx_relay_listen(struct sbx_relay *r, const char *addr, struct sbx_error *err);
+
+int sbx_relay_start(struct sbx_relay *r, struct sbx_error *err);
+
+/* Serves an accepted connection whose first bytes are the HTTP/2 preface (fd taken). */
+void sbx_relay_add_fd(struct sbx_relay *r, int fd);
+
+/* Counters for metrics. */
+struct sbx_relay_stats {
+    uint64_t calls, refused, upstreams_open, upstreams_created;
+};
+void sbx_relay_stats(struct sbx_relay *r, struct sbx_relay_stats *s);
+
+/* Stops accepting calls, cancels those in flight after grace_ms, joins the threads, frees. */
+void sbx_relay_free(struct sbx_relay *r, uint64_t grace_ms);
