@@ -62,9 +62,8 @@ int main(int argc, char **argv)
                           .synopsis = "usage: sandboxd-router [flags]\n"
                                       "Reaches sandboxes by name: gRPC routed by x-sandbox-* "
                                       "metadata.\n"};
-    struct sbx_relay_opts o = {.threads = (int)arg_threads,
-                               .default_port = 9090,
-                               .target = {.cluster_domain = NULL}};
+    struct sbx_relay_opts o = {
+        .threads = (int)arg_threads, .default_port = 9090, .target = {.cluster_domain = NULL}};
     struct sbx_relay *relay = NULL;
     struct sbx_error err = {0};
     char addr[256];
@@ -83,8 +82,8 @@ int main(int argc, char **argv)
         return 2;
     }
     o.threads = (int)arg_threads;
-    o.max_message_bytes = (int)(arg_max_message_bytes > 0x7fffffff ? 0x7fffffff
-                                                                    : arg_max_message_bytes);
+    o.max_message_bytes =
+        (int)(arg_max_message_bytes > 0x7fffffff ? 0x7fffffff : arg_max_message_bytes);
     o.max_upstreams = (unsigned)arg_max_upstreams;
     o.target.allow_loopback_pod_ip = arg_allow_loopback_pod_ip;
     o.target.cluster_domain = arg_cluster_domain;

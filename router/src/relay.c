@@ -15,7 +15,7 @@
 #include "upstreams.h"
 
 #define MAX_THREADS 16
-#define KEY_MAX 256 /* a routing key's value */
+#define KEY_MAX     256 /* a routing key's value */
 
 struct call;
 
@@ -28,7 +28,7 @@ struct tag {
 struct call {
     struct sbx_relay *r;
     pthread_mutex_t lock;
-    int refs; /* one per batch in flight, and the handler's */
+    int refs;        /* one per batch in flight, and the handler's */
     grpc_call *down; /* the client's call to us */
     grpc_call *up;   /* ours to the sandbox */
     grpc_call_details details;
@@ -56,8 +56,8 @@ struct sbx_relay {
     int n_threads;
     pthread_mutex_t lock;
     pthread_cond_t idle;
-    unsigned live;  /* calls not yet freed */
-    bool stopping;  /* no more acceptors */
+    unsigned live; /* calls not yet freed */
+    bool stopping; /* no more acceptors */
     uint64_t calls, refused;
     struct tag t_shutdown;
     bool shut_down;
@@ -133,9 +133,9 @@ static bool hop_only(grpc_slice k)
     const char *p = (const char *)GRPC_SLICE_START_PTR(k);
     size_t n = GRPC_SLICE_LENGTH(k);
 
-    return (n >= 10 && memcmp(p, "x-sandbox-", 10) == 0) || (n >= 5 && memcmp(p, "grpc-", 5) == 0) ||
-           (n >= 1 && p[0] == ':') || key_is(k, "te") || key_is(k, "content-type") ||
-           key_is(k, "user-agent") || key_is(k, "host");
+    return (n >= 10 && memcmp(p, "x-sandbox-", 10) == 0) ||
+           (n >= 5 && memcmp(p, "grpc-", 5) == 0) || (n >= 1 && p[0] == ':') || key_is(k, "te") ||
+           key_is(k, "content-type") || key_is(k, "user-agent") || key_is(k, "host");
 }
 
 /* The entries of a to pass on, in a malloc'ed array (borrowing a's slices). */
@@ -354,8 +354,8 @@ static void relay(struct call *c, grpc_channel *ch)
     struct sbx_relay *r = c->r;
     grpc_op up[2] = {0}, closed = {0}, status = {0};
 
-    c->up = grpc_channel_create_call(ch, c->down, GRPC_PROPAGATE_DEFAULTS, r->cq,
-                                     c->details.method, NULL, c->details.deadline, NULL);
+    c->up = grpc_channel_create_call(ch, c->down, GRPC_PROPAGATE_DEFAULTS, r->cq, c->details.method,
+                                     NULL, c->details.deadline, NULL);
     c->fwd = filter(&c->req_md, &c->n_fwd);
     if (!c->up || !c->fwd) {
         refuse(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "router: out of memory");
@@ -418,10 +418,10 @@ static void on_new(struct call *c, bool ok)
 static struct call *call_new(struct sbx_relay *r)
 {
     struct call *c = calloc(1, sizeof(*c));
-    struct tag *tags[] = {&c->t_new,       &c->t_closed,   &c->t_up_initial, &c->t_up_status,
-                          &c->t_down_recv, &c->t_up_sent,  &c->t_up_recv,    &c->t_down_sent,
+    struct tag *tags[] = {&c->t_new,         &c->t_closed,     &c->t_up_initial, &c->t_up_status,
+                          &c->t_down_recv,   &c->t_up_sent,    &c->t_up_recv,    &c->t_down_sent,
                           &c->t_half_closed, &c->t_status_sent};
-    void (*fns[])(struct call *, bool) = {on_new,      on_closed,  on_up_initial, on_up_status,
+    void (*fns[])(struct call *, bool) = {on_new,       on_closed,  on_up_initial, on_up_status,
                                           on_down_recv, on_up_sent, on_up_recv,    on_down_sent,
                                           on_nothing,   on_nothing};
 
@@ -591,8 +591,7 @@ void sbx_relay_free(struct sbx_relay *r, uint64_t grace_ms)
             until.tv_nsec -= 1000000000L;
         }
         pthread_mutex_lock(&r->lock);
-        while (!r->shut_down &&
-               pthread_cond_timedwait(&r->idle, &r->lock, &until) != ETIMEDOUT)
+        while (!r->shut_down && pthread_cond_timedwait(&r->idle, &r->lock, &until) != ETIMEDOUT)
             ;
         pthread_mutex_unlock(&r->lock);
         grpc_server_cancel_all_calls(r->server);

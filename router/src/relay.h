@@ -15,11 +15,11 @@
 struct sbx_relay;
 
 struct sbx_relay_opts {
-    int threads;                 /* completion-queue threads */
-    int max_message_bytes;       /* either way; -1: no limit */
-    int default_port;            /* of a call without x-sandbox-port: sandboxd's gRPC port */
+    int threads;           /* completion-queue threads */
+    int max_message_bytes; /* either way; -1: no limit */
+    int default_port;      /* of a call without x-sandbox-port: sandboxd's gRPC port */
     struct sbx_target_opts target;
-    unsigned max_upstreams;      /* pooled connections; the least recently used goes beyond */
+    unsigned max_upstreams; /* pooled connections; the least recently used goes beyond */
 };
 
 /* Creates the relay's server (not yet listening). */

@@ -87,8 +87,8 @@ int sbx_target_parse(const struct sbx_route_keys *k, int default_port,
     t->port = (int)port;
     if (k->pod_ip && *k->pod_ip) {
         snprintf(t->pod_ip, sizeof(t->pod_ip), "%s", k->pod_ip);
-        snprintf(t->host, sizeof(t->host), strchr(k->pod_ip, ':') ? "[%s]:%d" : "%s:%d",
-                 k->pod_ip, t->port);
+        snprintf(t->host, sizeof(t->host), strchr(k->pod_ip, ':') ? "[%s]:%d" : "%s:%d", k->pod_ip,
+                 t->port);
     } else {
         snprintf(t->host, sizeof(t->host), "%s.%s.svc.%s:%d", t->id, t->ns,
                  o->cluster_domain ? o->cluster_domain : "cluster.local", t->port);

@@ -43,9 +43,8 @@ int sbx_upstreams_new(struct sbx_upstreams **ret, unsigned max, int max_message_
                            .value.integer = max_message_bytes};
     /* A channel of its own per upstream, not one shared subchannel pool: its connection is
      * ours to count and to close. */
-    u->arg[2] = (grpc_arg){.type = GRPC_ARG_INTEGER,
-                           .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
-                           .value.integer = 1};
+    u->arg[2] = (grpc_arg){
+        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, .value.integer = 1};
     u->args = (grpc_channel_args){.num_args = 3, .args = u->arg};
     *ret = u;
     return 0;

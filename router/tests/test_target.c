@@ -61,8 +61,8 @@ int main(void)
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *got = refused(bad[i].id, bad[i].ns, bad[i].port, bad[i].ip, bad[i].loopback);
-        ok(got && strcmp(got, bad[i].why) == 0, "refused %s/%s/%s/%s: %s", bad[i].id,
-           bad[i].ns, bad[i].port, bad[i].ip, got ? got : "(accepted)");
+        ok(got && strcmp(got, bad[i].why) == 0, "refused %s/%s/%s/%s: %s", bad[i].id, bad[i].ns,
+           bad[i].port, bad[i].ip, got ? got : "(accepted)");
     }
     ok(!refused("a", NULL, NULL, "127.0.0.1", true), "loopback when allowed");
     ok(!refused("a", NULL, NULL, "::1", true), "IPv6 loopback when allowed");

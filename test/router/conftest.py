@@ -1,0 +1,69 @@
+"""The router's suite: real sandboxd daemons behind a real sandboxd-router, driven by real
+clients (grpcurl, grpcio). It shares the integration tests' fixtures and helpers
+(test/integration/conftest.py), loaded here under a name of its own and re-exported, and adds the
+router.
+
+Environment: SANDBOXD_ROUTER_BIN (the router; set by CTest), SANDBOXD_BIN (the daemon)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"
+_spec = importlib.util.spec_from_file_location("sbx_integration_conftest", _path)
+_mod = importlib.util.module_from_spec(_spec)
+sys.modules["sbx_integration_conftest"] = _mod
+_spec.loader.exec_module(_mod)
+
+globals().update({k: v for k, v in vars(_mod).items() if not k.startswith("__")})
+
+
+import os as _os  # noqa: E402
+import re as _re  # noqa: E402
+
+import pytest as _pytest  # noqa: E402
+
+
+class Router(DaemonProcess):  # noqa: F405 - from the integration conftest
+    """sandboxd-router on a free loopback port, loopback pod IPs allowed."""
+
+    def __init__(self, binary, extra_args=()):
+        self.port = free_port()  # noqa: F405
+        super().__init__([binary, "--http-bind-address", f"127.0.0.1:{self.port}",
+                          "--allow-loopback-pod-ip", "--log-level", "debug", *extra_args])
+        self.wait_line(r"listening on")
+        self.target = f"127.0.0.1:{self.port}"
+
+    def stop_and_check(self):
+        rc = self.stop(35)
+        assert rc == 0, f"router exited with {rc}:\n{self.log()}"
+        assert "runtime error" not in self.log() and "ERROR: " not in self.log(), self.log()
+
+
+@_pytest.fixture(scope="session")
+def router_bin():
+    p = _os.environ.get("SANDBOXD_ROUTER_BIN", "/tmp/itest-build/router/sandboxd-router")
+    if not _os.access(p, _os.X_OK):
+        _pytest.fail(f"no router at {p} (set SANDBOXD_ROUTER_BIN)")
+    return p
+
+
+@_pytest.fixture
+def router_factory(router_bin):
+    started = []
+
+    def start(extra_args=()):
+        r = Router(router_bin, extra_args)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        r.stop_and_check()
+
+
+@_pytest.fixture(scope="module")
+def router(router_bin):
+    r = Router(router_bin)
+    yield r
+    r.stop_and_check()
