@@ -43,8 +43,8 @@ struct call {
     int cancelled;
     grpc_byte_buffer *c2s, *s2c;
     bool initial_sent, up_done, status_in, down_sending, status_sent;
-    struct tag t_new, t_closed, t_up_initial, t_up_status, t_down_recv, t_up_sent, t_up_recv,
-        t_down_sent, t_half_closed, t_status_sent;
+    struct tag t_new, t_closed, t_up_status, t_down_recv, t_up_sent, t_up_recv, t_down_sent,
+        t_half_closed, t_status_sent;
 };
 
 struct sbx_relay {
@@ -224,17 +224,6 @@ static void recv_from_down(struct call *c)
     batch(c, c->down, &op, 1, &c->t_down_recv);
 }
 
-static void on_up_initial(struct call *c, bool ok)
-{
-    pthread_mutex_lock(&c->lock);
-    if (ok)
-        recv_from_up(c);
-    else
-        c->up_done = true; /* the upstream call failed: its status tells */
-    maybe_finish(c);
-    pthread_mutex_unlock(&c->lock);
-}
-
 static void on_up_recv(struct call *c, bool ok)
 {
     grpc_op ops[2] = {0};
@@ -352,7 +341,7 @@ static void refuse(struct call *c, grpc_status_code status, const char *msg)
 static void relay(struct call *c, grpc_channel *ch)
 {
     struct sbx_relay *r = c->r;
-    grpc_op up[2] = {0}, closed = {0}, status = {0};
+    grpc_op up[3] = {0}, closed = {0}, status = {0};
 
     c->up = grpc_channel_create_call(ch, c->down, GRPC_PROPAGATE_DEFAULTS, r->cq, c->details.method,
                                      NULL, c->details.deadline, NULL);
@@ -368,13 +357,18 @@ static void relay(struct call *c, grpc_channel *ch)
     up[0].data.send_initial_metadata.metadata = c->fwd;
     up[1].op = GRPC_OP_RECV_INITIAL_METADATA;
     up[1].data.recv_initial_metadata.recv_initial_metadata = &c->up_initial;
+    /* The first answer comes with the sandbox's headers: one wake-up, and they go to the client
+     * together (a stream's headers wait for its first message). */
+    up[2].op = GRPC_OP_RECV_MESSAGE;
+    up[2].data.recv_message.recv_message = &c->s2c;
     status.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
     status.data.recv_status_on_client.trailing_metadata = &c->up_trailing;
     status.data.recv_status_on_client.status = &c->status;
     status.data.recv_status_on_client.status_details = &c->status_details;
     pthread_mutex_lock(&c->lock);
     batch(c, c->down, &closed, 1, &c->t_closed);
-    batch(c, c->up, up, 2, &c->t_up_initial);
+    if (!batch(c, c->up, up, 3, &c->t_up_recv))
+        c->up_done = true;
     batch(c, c->up, &status, 1, &c->t_up_status);
     recv_from_down(c);
     pthread_mutex_unlock(&c->lock);
@@ -418,15 +412,18 @@ static void on_new(struct call *c, bool ok)
 static struct call *call_new(struct sbx_relay *r)
 {
     struct call *c = calloc(1, sizeof(*c));
-    struct tag *tags[] = {&c->t_new,         &c->t_closed,     &c->t_up_initial, &c->t_up_status,
-                          &c->t_down_recv,   &c->t_up_sent,    &c->t_up_recv,    &c->t_down_sent,
-                          &c->t_half_closed, &c->t_status_sent};
-    void (*fns[])(struct call *, bool) = {on_new,       on_closed,  on_up_initial, on_up_status,
-                                          on_down_recv, on_up_sent, on_up_recv,    on_down_sent,
-                                          on_nothing,   on_nothing};
 
     if (!c)
         return NULL;
+    c->t_new = (struct tag){on_new, c};
+    c->t_closed = (struct tag){on_closed, c};
+    c->t_up_status = (struct tag){on_up_status, c};
+    c->t_down_recv = (struct tag){on_down_recv, c};
+    c->t_up_sent = (struct tag){on_up_sent, c};
+    c->t_up_recv = (struct tag){on_up_recv, c};
+    c->t_down_sent = (struct tag){on_down_sent, c};
+    c->t_half_closed = (struct tag){on_nothing, c};
+    c->t_status_sent = (struct tag){on_nothing, c};
     c->r = r;
     c->refs = 1; /* the acceptor's, dropped after on_new */
     pthread_mutex_init(&c->lock, NULL);
@@ -435,8 +432,6 @@ static struct call *call_new(struct sbx_relay *r)
     grpc_metadata_array_init(&c->up_initial);
     grpc_metadata_array_init(&c->up_trailing);
     c->status_details = grpc_empty_slice();
-    for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++)
-        *tags[i] = (struct tag){.fn = fns[i], .c = c};
     return c;
 }
 
