@@ -40,6 +40,9 @@ class Daemon:
         self._cv = threading.Condition()
         # SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
         env = {k: v for k, v in os.environ.items() if k != "SANDBOXD_TOKEN"}
+        # A HOME of its own: the login shells of terminals read no dotfiles of this machine's.
+        env["HOME"] = str(root.with_name(root.name + "-home"))
+        os.makedirs(env["HOME"], exist_ok=True)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=env,
                                      preexec_fn=_die_with_parent)

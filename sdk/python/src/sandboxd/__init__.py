@@ -18,6 +18,7 @@ from .errors import (ConflictError, FailedPreconditionError, InsufficientStorage
                      SandboxError, TimeoutError, UnauthenticatedError, UnavailableError,
                      UnimplementedError)
 from .processes import Attachment, Processes, SpawnedProcess
+from .terminal import Terminal
 from .types import (CommandResult, ExitDetail, ExitStatus, FileEntry, FileStat, Health,
                     OutputChunk, OutputEvent, ProcessInfo, StreamOffsets, Truncated, UploadResult)
 
@@ -29,6 +30,6 @@ __all__ = [
     "InternalError", "ProcessExitError", "CommandResult", "ExitStatus", "FileEntry", "FileStat",
     "Health", "OutputEvent", "UploadResult", "Processes", "SpawnedProcess", "Attachment",
     "ExitDetail", "ProcessInfo", "StreamOffsets", "OutputChunk", "Truncated",
-    "OutputTruncatedWarning",
+    "OutputTruncatedWarning", "Terminal",
 ]
 __version__ = "0.1.0"

@@ -19,7 +19,9 @@ from . import _rpc as rpc
 from . import errors
 from ._common import Dest, Source
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
+from . import _terminal
 from .aio_processes import AsyncProcesses
+from .aio_terminal import AsyncTerminal, open_terminal
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
 
@@ -41,6 +43,7 @@ class AsyncSandbox:
         self.files = AsyncFiles(self.endpoint)
         self.processes = AsyncProcesses(self._session, self._channel)
         self._procs: "weakref.WeakSet[AsyncProcess]" = weakref.WeakSet()
+        self._terms: "weakref.WeakSet[AsyncTerminal]" = weakref.WeakSet()
 
     @classmethod
     def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "AsyncSandbox":
@@ -51,6 +54,8 @@ class AsyncSandbox:
             self._session.closed = True
             for p in list(self._procs):
                 await p.close()
+            for t in list(self._terms):
+                await t.close()
             await self.files.close()
             await self._channel.close()
 
@@ -103,6 +108,15 @@ class AsyncSandbox:
 
     async def _unary(self, u: c.Unary[c.T]) -> c.T:
         return await rpc.acall(self._session, self._stub, u)
+
+    async def terminal(self, command: Optional[c.Command] = None, *, cols: int = 80,
+                       rows: int = 24, pid: Optional[int] = None,
+                       offset: Optional[int] = None) -> AsyncTerminal:
+        """See Sandbox.terminal: `async with await sb.terminal() as term:`."""
+        self._session.check_open()
+        t = await open_terminal(self.endpoint, _terminal.target(command, cols, rows, pid, offset))
+        self._terms.add(t)
+        return t
 
     async def health(self) -> Health:
         return await self.files.health()

@@ -20,7 +20,9 @@ from . import _rpc as rpc
 from . import errors
 from ._common import Dest, Source
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
+from . import _terminal
 from .processes import Processes
+from .terminal import Terminal
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
 
@@ -47,6 +49,7 @@ class Sandbox:
         self.files = Files(self.endpoint)
         self.processes = Processes(self._session, self._channel)
         self._procs: "weakref.WeakSet[Process]" = weakref.WeakSet()
+        self._terms: "weakref.WeakSet[Terminal]" = weakref.WeakSet()
 
     @classmethod
     def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "Sandbox":
@@ -60,6 +63,8 @@ class Sandbox:
             self._session.closed = True
             for p in list(self._procs):
                 p.close()
+            for t in list(self._terms):
+                t.close()
             self.files.close()
             self._channel.close()
 
@@ -124,6 +129,17 @@ class Sandbox:
 
     def _unary(self, u: c.Unary[c.T]) -> c.T:
         return rpc.call(self._session, self._stub, u)
+
+    def terminal(self, command: Optional[c.Command] = None, *, cols: int = 80, rows: int = 24,
+                 pid: Optional[int] = None, offset: Optional[int] = None) -> Terminal:
+        """A terminal over WebSocket: a new login shell (with command, that command through
+        `sh -lc`; a list is quoted into one line) of cols x rows, or with pid the terminal of a
+        process spawned with a pty, its output from offset (None: the last 50 lines). Closing
+        it leaves the process running."""
+        self._session.check_open()
+        t = Terminal(self.endpoint, _terminal.target(command, cols, rows, pid, offset))
+        self._terms.add(t)
+        return t
 
     # -- health --------------------------------------------------------------------------------
 
