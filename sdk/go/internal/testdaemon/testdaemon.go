@@ -46,10 +46,16 @@ func Start(bin, dir string, extra ...string) (*Daemon, error) {
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SANDBOXD_TOKEN=") {
+		if !strings.HasPrefix(kv, "SANDBOXD_TOKEN=") && !strings.HasPrefix(kv, "HOME=") {
 			d.cmd.Env = append(d.cmd.Env, kv)
 		}
 	}
+	// A HOME of its own: the login shells of terminals read no dotfiles of this machine's.
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return nil, err
+	}
+	d.cmd.Env = append(d.cmd.Env, "HOME="+home)
 	out, err := d.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
