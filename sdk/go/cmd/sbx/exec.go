@@ -13,8 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/term"
-
 	sandboxd "github.com/sandboxd/sandboxd/sdk/go"
 )
 
@@ -208,37 +206,23 @@ func execJSON(ctx context.Context, c *sandboxd.Client, cmd []string, opts []sand
 // through.
 func interactive(ctx context.Context, c *sandboxd.Client, cmd []string, opts []sandboxd.ProcOption, forward bool) error {
 	fd := int(os.Stdin.Fd())
-	isTTY := term.IsTerminal(fd)
-	rows, cols := 24, 80
-	if w, h, err := term.GetSize(fd); err == nil {
-		rows, cols = h, w
-	}
+	cols, rows := windowSize(fd)
 	p, err := c.Start(ctx, cmd, append(opts, sandboxd.PTY(uint32(rows), uint32(cols)), sandboxd.Stdout(os.Stdout))...)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	if isTTY {
-		old, err := term.MakeRaw(fd)
-		if err != nil {
-			return err
-		}
-		defer term.Restore(fd, old)
+	restore, err := localTTY(fd, func(cols, rows int) {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p.Resize(rctx, uint32(rows), uint32(cols))
+		cancel()
+	})
+	if err != nil {
+		return err
 	}
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
-	defer signal.Stop(winch)
-	go func() {
-		for range winch {
-			if w, h, err := term.GetSize(fd); err == nil {
-				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				p.Resize(rctx, uint32(h), uint32(w))
-				cancel()
-			}
-		}
-	}()
+	defer restore()
 	if forward {
-		go copyStdin(p)
+		go copyStdin(p, func() { p.CloseStdin() }) // the PTY gets its EOF
 	}
 	st, err := p.Wait()
 	if err != nil {
@@ -248,18 +232,18 @@ func interactive(ctx context.Context, c *sandboxd.Client, cmd []string, opts []s
 }
 
 // copyStdin forwards what is typed as it comes (raw mode: every key, Ctrl-C and Ctrl-D
-// included, goes to the terminal in the sandbox); at end of input the PTY gets its EOF.
-func copyStdin(p *sandboxd.Process) {
+// included, goes to the terminal in the sandbox) to w; at the end of input it calls eof.
+func copyStdin(w io.Writer, eof func()) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := os.Stdin.Read(buf)
 		if n > 0 {
-			if _, werr := p.Write(buf[:n]); werr != nil {
+			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			p.CloseStdin()
+			eof()
 			return
 		}
 		if err != nil {

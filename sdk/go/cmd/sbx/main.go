@@ -28,6 +28,9 @@ commands:
   exec [-i] [-t] [-e K=V]... [-w DIR] [--timeout D] [--seccomp default|off] -- CMD [ARGS...]
                        run a command; its output streams, its exit status is sbx's
   shell [--shell CMD]  an interactive shell on a terminal (raw mode, resized with the window)
+  terminal [--pid N [--offset N]] [-- COMMAND...]
+                       a terminal over WebSocket: a login shell (or COMMAND), or the
+                       terminal of spawned process N; closing it leaves the process running
   cp SRC DST           copy a file or a directory tree; the sandbox side is written :PATH
   ls [PATH]            list a directory
   stat PATH            describe a path
@@ -151,7 +154,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 type command func(ctx context.Context, g *globals, args []string) error
 
 var commands = map[string]command{
-	"exec": cmdExec, "shell": cmdShell, "cp": cmdCp, "ls": cmdLs, "stat": cmdStat,
+	"exec": cmdExec, "shell": cmdShell, "terminal": cmdTerminal, "cp": cmdCp, "ls": cmdLs, "stat": cmdStat,
 	"mkdir": cmdMkdir, "rm": cmdRm, "mv": cmdMv,
 	"run": cmdRun, "ps": cmdPs, "logs": cmdLogs, "attach": cmdAttach, "kill": cmdKill,
 	"wait": cmdWait, "claim": cmdClaim, "release": cmdRelease,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,7 +51,24 @@ func (x *tmux) paneSize() string {
 	return strings.TrimSpace(x.run("display-message", "-p", "-t", "sbx", "#{pane_height} #{pane_width}"))
 }
 
-func TestShellInTmux(t *testing.T) {
+// waitPrompt waits (10 s at most) until the pane's last line is a shell's prompt: what is
+// typed before a shell sets up its line editor may be thrown away.
+func (x *tmux) waitPrompt() {
+	x.t.Helper()
+	rx := regexp.MustCompile(`[#$]\s*$`)
+	deadline := time.Now().Add(10 * time.Second)
+	for s := x.screen(); !rx.MatchString(strings.TrimRight(s, "\n ")); s = x.screen() {
+		if time.Now().After(deadline) {
+			x.t.Fatalf("no prompt:\n%s", s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// inTmux starts `sbx ARGS` in a tmux pane of 100 x 30 (a tmux server of the test's own, its
+// own socket, killed at the end); the returned path gets sbx's exit status once it ends, and
+// the local terminal's modes then go beside it (+".stty").
+func inTmux(t *testing.T, args string) (*tmux, string) {
 	bin, err := exec.LookPath("tmux")
 	if err != nil {
 		t.Skip("tmux is not installed (scripts/setup.sh installs it)")
@@ -58,12 +76,36 @@ func TestShellInTmux(t *testing.T) {
 	dir := t.TempDir()
 	x := &tmux{t: t, bin: bin, sock: filepath.Join(dir, "tmux.sock")}
 	status := filepath.Join(dir, "status")
-	stty := filepath.Join(dir, "stty")
-	script := fmt.Sprintf("%s --grpc-port %d --rest-port %d shell; echo $? > %s.tmp; stty -a > %s; mv %s.tmp %s; sleep 30",
-		sbxBin, d.GRPCPort, d.RESTPort, status, stty, status, status)
+	script := fmt.Sprintf("%s --grpc-port %d --rest-port %d %s; echo $? > %s.tmp; stty -a > %s.stty; mv %s.tmp %s; sleep 30",
+		sbxBin, d.GRPCPort, d.RESTPort, args, status, status, status, status)
 	x.run("new-session", "-d", "-s", "sbx", "-x", "100", "-y", "30", "sh", "-c", script)
-	defer exec.Command(bin, "-S", x.sock, "kill-server").Run()
+	t.Cleanup(func() { exec.Command(bin, "-S", x.sock, "kill-server").Run() })
+	return x, status
+}
 
+// waitStatus waits (10 s at most) for sbx's exit status.
+func (x *tmux) waitStatus(status string) int {
+	x.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(status)
+		if err == nil && len(b) > 0 {
+			code, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return code
+		}
+		if time.Now().After(deadline) {
+			x.t.Fatalf("sbx did not exit:\n%s", x.screen())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestShellInTmux(t *testing.T) { interactive(t, "shell") }
+
+// interactive drives `sbx ARGS`, a shell on the local terminal, as a person would.
+func interactive(t *testing.T, args string) {
+	x, status := inTmux(t, args)
+	x.waitPrompt()
 	x.run("send-keys", "-t", "sbx", "echo mark-$((40+2))", "Enter")
 	x.waitScreen("mark-42")
 
@@ -92,22 +134,11 @@ func TestShellInTmux(t *testing.T) {
 
 	// The shell's exit status is sbx's.
 	x.run("send-keys", "-t", "sbx", "exit 7", "Enter")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, err := os.ReadFile(status)
-		if err == nil && len(b) > 0 {
-			if code, _ := strconv.Atoi(strings.TrimSpace(string(b))); code != 7 {
-				t.Fatalf("sbx exited %q, want 7", b)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sbx did not exit after `exit 7`:\n%s", x.screen())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if code := x.waitStatus(status); code != 7 {
+		t.Fatalf("sbx exited %d, want 7", code)
 	}
 	// The local terminal is back in cooked mode.
-	modes, err := os.ReadFile(stty)
+	modes, err := os.ReadFile(status + ".stty")
 	if err != nil {
 		t.Fatal(err)
 	}
