@@ -18,7 +18,9 @@
 #include "auth.h"
 #include "cleanup.h"
 #include "flags.h"
+#include "fswatch.h"
 #include "cgroup.h"
+#include "grpc_files.h"
 #include "grpc_health.h"
 #include "grpc_jobs.h"
 #include "grpc_process.h"
@@ -77,6 +79,11 @@ static const char *arg_token_file;
 static bool arg_metrics_auth = true;
 static enum sbx_seccomp_profile arg_seccomp = SBX_SECCOMP_DEFAULT;
 static bool arg_no_new_privs = true;
+static long long arg_max_watches = 64;
+static long long arg_max_watches_per_client = 16;
+static long long arg_max_watch_dirs = 16384;
+static long long arg_watch_queue = 4096;
+static uint64_t arg_watch_retention_ms = 30000;
 
 /* Everything the loop's callbacks reach. */
 static struct {
@@ -91,11 +98,14 @@ static struct {
     struct sbx_cgroups *cgroups;
     struct sbx_error cgroups_why;
     struct sbx_jobs_service jobs_service;
+    struct sbx_fswatches *watches;
+    struct sbx_files_service files_service;
     struct sbx_budget output_budget;   /* --max-output-memory */
     struct sbx_auth *auth;             /* NULL: no token, everything open */
     struct sock_fprog seccomp;         /* empty: no filter */
     struct sock_fprog seccomp_default; /* when ours is off: the default, for requests */
-    struct sbx_lifecycle_hook grpc_hook, health_hook, jobs_hook, http_hook, cgroups_hook;
+    struct sbx_lifecycle_hook grpc_hook, health_hook, jobs_hook, http_hook, cgroups_hook,
+        watches_hook;
 } d;
 
 static int opt_port(const char *v, void *dst)
@@ -208,6 +218,16 @@ static const struct sbx_flag options[] = {
      "seccomp profile of spawned processes: default or off (default)"},
     {"no-new-privs", sbx_flag_bool, &arg_no_new_privs,
      "no_new_privs on spawned processes; false needs --seccomp=off (true)"},
+    {"max-watches", opt_count, &arg_max_watches,
+     "directory watches at once, those kept for a resume included (64)"},
+    {"max-watches-per-client", opt_count, &arg_max_watches_per_client,
+     "directory watches of one client address (16)"},
+    {"max-watch-dirs", opt_count, &arg_max_watch_dirs,
+     "directories watched through inotify, all watches together (16384)"},
+    {"watch-queue", opt_count, &arg_watch_queue,
+     "events a watch keeps for its reader; past it the oldest go, told as an overflow (4096)"},
+    {"watch-retention", sbx_flag_duration, &arg_watch_retention_ms,
+     "how long a watch whose client went away is kept for a resume (30s)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
@@ -276,6 +296,12 @@ static void jobs_stop(struct sbx_lifecycle_hook *h)
     sbx_jobs_shutdown(h->arg);
 }
 
+/* Watches end: their streams say so and finish. */
+static void watches_stop(struct sbx_lifecycle_hook *h)
+{
+    sbx_fswatches_shutdown(h->arg);
+}
+
 static void http_stop(struct sbx_lifecycle_hook *h)
 {
     sbx_http_set_draining(h->arg);
@@ -289,8 +315,8 @@ static void cgroups_tidy(struct sbx_lifecycle_hook *h)
 
 static int add_hooks(struct sbx_error *err)
 {
-    struct sbx_lifecycle_hook *hooks[] = {&d.grpc_hook, &d.health_hook, &d.jobs_hook, &d.http_hook,
-                                          &d.cgroups_hook};
+    struct sbx_lifecycle_hook *hooks[] = {&d.grpc_hook, &d.health_hook,  &d.jobs_hook,
+                                          &d.http_hook, &d.cgroups_hook, &d.watches_hook};
     int r;
 
     d.grpc_hook = (struct sbx_lifecycle_hook){
@@ -300,6 +326,7 @@ static int add_hooks(struct sbx_error *err)
     d.jobs_hook = (struct sbx_lifecycle_hook){.stop = jobs_stop, .arg = d.jobs};
     d.http_hook = (struct sbx_lifecycle_hook){.stop = http_stop, .arg = d.http};
     d.cgroups_hook = (struct sbx_lifecycle_hook){.tidy = cgroups_tidy, .arg = d.cgroups};
+    d.watches_hook = (struct sbx_lifecycle_hook){.stop = watches_stop, .arg = d.watches};
     for (size_t i = 0; i < SBX_ARRAY_SIZE(hooks); i++)
         if ((r = sbx_lifecycle_add_hook(d.lc, hooks[i], err)) < 0)
             return r;
@@ -406,6 +433,8 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
         .jobs = d.jobs,
         .loop = d.loop,
         .max_websockets = (unsigned)arg_max_websockets,
+        .watches = d.watches,
+        .watch_keepalive_ms = 15000,
     };
     int port = sbx_http_start(&d.http, &o, err);
 
@@ -545,6 +574,12 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
                                .retain_ms = arg_exit_retention_ms,
                                .max_exited = (size_t)arg_max_exited,
                                .default_grace_ms = arg_termination_grace_ms};
+    struct sbx_fswatches_opts wo = {.max_watches = (size_t)arg_max_watches,
+                                    .max_per_client = (size_t)arg_max_watches_per_client,
+                                    .max_dirs = (size_t)arg_max_watch_dirs,
+                                    .queue_events = (size_t)arg_watch_queue,
+                                    .retain_ms = arg_watch_retention_ms,
+                                    .keepalive_ms = 15000};
     struct sbx_grpc_opts go = {.max_recv_bytes = (int)arg_max_message_bytes,
                                .max_streams = 4096,
                                .threads = (int)arg_grpc_threads,
@@ -560,6 +595,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
         (r = sbx_lifecycle_attach(d.lc, d.loop, d.procs, err)) < 0 ||
         (r = sbx_jobs_new(&d.jobs, d.loop, d.procs, &jo, err)) < 0 ||
         (r = sbx_health_new(&d.health, err)) < 0 ||
+        (r = sbx_fswatches_new(&d.watches, d.loop, root, &wo, err)) < 0 ||
         (r = sbx_reflection_new(refl, sbx_descriptor_set,
                                 (size_t)(sbx_descriptor_set_end - sbx_descriptor_set), err)) < 0)
         return r;
@@ -572,10 +608,12 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
                                                .max_output = (size_t)arg_max_output_bytes,
                                                .chunk_size = 64 * 1024,
                                                .draining = &d.process.draining};
+    d.files_service.watches = d.watches;
     grpc_init();
     if ((r = sbx_grpc_new(&d.grpc, &go, err)) < 0 ||
         (r = sbx_grpc_process_register(d.grpc, &d.process, err)) < 0 ||
         (r = sbx_grpc_jobs_register(d.grpc, &d.jobs_service, err)) < 0 ||
+        (r = sbx_grpc_files_register(d.grpc, &d.files_service, err)) < 0 ||
         (r = sbx_grpc_health_register(d.grpc, d.health, err)) < 0 ||
         (r = sbx_grpc_reflection_register(d.grpc, *refl, err)) < 0 || (r = listen_all(err)) < 0 ||
         (r = sbx_grpc_start(d.grpc, err)) < 0 || (r = start_http(root, err)) < 0)
@@ -597,6 +635,7 @@ static void teardown(struct sbx_root *root, struct sbx_reflection *refl)
     if (d.loop)
         sbx_loop_run_pending(d.loop);
     log_info("sandboxd stopped");
+    sbx_fswatches_free(d.watches); /* every stream is gone with its server */
     sbx_jobs_free(d.jobs);
     if (d.loop)
         sbx_loop_run_pending(d.loop); /* the jobs' frees, which drop their processes */

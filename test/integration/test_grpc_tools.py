@@ -18,6 +18,7 @@ SERVICES = [
     "grpc.reflection.v1.ServerReflection",
     "grpc.reflection.v1alpha.ServerReflection",
     "process.v1.ProcessService",
+    "sandboxd.v1.Files",
     "sandboxd.v1.Processes",
 ]
 PROTO_ARGS = ["-import-path", str(PROTO_DIR), "-import-path", "/usr/include",

@@ -23,6 +23,8 @@ static struct {
     uint64_t spawn_count, spawn_ns_sum;
     uint64_t conn_closed[SBX_CONN_REASONS];
     uint64_t terminals_opened, terminals_closed;
+    int64_t watches, watch_dirs;
+    uint64_t watch_events, watch_overflows[2];
     const struct sbx_budget *output;
 } m;
 
@@ -74,6 +76,51 @@ static void render_connections(FILE *f)
     for (size_t i = 0; i < SBX_CONN_REASONS; i++)
         fprintf(f, "sandboxd_http_connections_closed_total{reason=\"%s\"} %llu\n", conn_reasons[i],
                 (unsigned long long)get(&m.conn_closed[i]));
+}
+
+void sbx_metrics_fswatch_active(int delta)
+{
+    __atomic_add_fetch(&m.watches, delta, __ATOMIC_RELAXED);
+}
+
+void sbx_metrics_fswatch_dirs(long delta)
+{
+    __atomic_add_fetch(&m.watch_dirs, delta, __ATOMIC_RELAXED);
+}
+
+void sbx_metrics_fswatch_events(uint64_t n)
+{
+    add(&m.watch_events, n);
+}
+
+void sbx_metrics_fswatch_overflow(bool kernel)
+{
+    add(&m.watch_overflows[kernel], 1);
+}
+
+static void render_watches(FILE *f)
+{
+    fprintf(f,
+            "# HELP sandboxd_watches Directory watches open (those kept for a resume included).\n"
+            "# TYPE sandboxd_watches gauge\n"
+            "sandboxd_watches %lld\n"
+            "# HELP sandboxd_watch_directories Directories watched through inotify, all watches "
+            "together (--max-watch-dirs).\n"
+            "# TYPE sandboxd_watch_directories gauge\n"
+            "sandboxd_watch_directories %lld\n"
+            "# HELP sandboxd_watch_events_total Events logged by directory watches.\n"
+            "# TYPE sandboxd_watch_events_total counter\n"
+            "sandboxd_watch_events_total %llu\n"
+            "# HELP sandboxd_watch_overflows_total Overflows told to watch readers: a reader fell "
+            "behind its watch's queue, or the kernel's inotify queue overflowed.\n"
+            "# TYPE sandboxd_watch_overflows_total counter\n"
+            "sandboxd_watch_overflows_total{reason=\"queue\"} %llu\n"
+            "sandboxd_watch_overflows_total{reason=\"kernel\"} %llu\n",
+            (long long)__atomic_load_n(&m.watches, __ATOMIC_RELAXED),
+            (long long)__atomic_load_n(&m.watch_dirs, __ATOMIC_RELAXED),
+            (unsigned long long)get(&m.watch_events),
+            (unsigned long long)get(&m.watch_overflows[0]),
+            (unsigned long long)get(&m.watch_overflows[1]));
 }
 
 void sbx_metrics_request(enum sbx_metric_kind kind, int code)
@@ -230,6 +277,7 @@ char *sbx_metrics_render(size_t *len)
     render_output(f);
     render_connections(f);
     render_terminals(f);
+    render_watches(f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

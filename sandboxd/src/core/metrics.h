@@ -35,6 +35,13 @@ void sbx_metrics_connection_closed(enum sbx_metric_conn why);
 /* A WebSocket attached to a terminal (opened), or gone (closed). */
 void sbx_metrics_terminal(bool opened);
 
+/* Directory watches: open (kept ones included) and the directories they watch, events logged,
+ * overflows told to readers (kernel: inotify's queue overflowed; else a reader fell behind). */
+void sbx_metrics_fswatch_active(int delta);
+void sbx_metrics_fswatch_dirs(long delta);
+void sbx_metrics_fswatch_events(uint64_t n);
+void sbx_metrics_fswatch_overflow(bool kernel);
+
 /* The output budget whose use and refusals are rendered (NULL: none). */
 struct sbx_budget;
 void sbx_metrics_watch_output(const struct sbx_budget *b);

@@ -8,6 +8,7 @@
 #include "http_status.h"
 #include "http_terminal.h"
 #include "http_ui.h"
+#include "http_watch.h"
 
 static const struct route routes[] = {
     {"/v1/files/", "GET HEAD PUT DELETE", sbx_http_files, ROUTE_AUTH},
@@ -20,6 +21,8 @@ static const struct route routes[] = {
     /* The page holds no secret: a browser opens it without the token, which the page then
      * takes from its URL fragment (never sent to us). */
     {"/ui/", "GET HEAD", sbx_http_ui, ROUTE_PAGE},
+    {"/v1/watch/", "GET", sbx_http_watch, ROUTE_AUTH},
+    {"/v1/watch", "GET", sbx_http_watch, ROUTE_AUTH},
     /* The reference's health route: probes written for the reference daemon call it. */
     {"/v1/health", "GET HEAD", sbx_http_health, ROUTE_OPEN},
     {"/v1/metadata", "GET HEAD", sbx_http_metadata, ROUTE_AUTH},

@@ -382,8 +382,10 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
     struct sbx_http *h = calloc(1, sizeof(*h));
     /* poll, not epoll: with epoll, libmicrohttpd 0.9.75 notices a client that went away in the
      * middle of an upload only at the idle timeout (its temp file lingers until then). ITC: the
-     * gate hands connections over from its own thread. */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ITC | MHD_ALLOW_UPGRADE;
+     * gate hands connections over from its own thread. Suspend and resume: a watch's stream sleeps
+     * until it has news. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_USE_ITC |
+                     MHD_ALLOW_UPGRADE | MHD_ALLOW_SUSPEND_RESUME;
     struct sbx_gate_opts g = {
         .host = o->host,
         .port = o->port,

@@ -12,6 +12,7 @@
 #include "path.h"
 
 struct sbx_auth;
+struct sbx_fswatches;
 struct sbx_http;
 struct sbx_jobs;
 struct sbx_loop;
@@ -40,6 +41,10 @@ struct sbx_http_opts {
     struct sbx_jobs *jobs;
     struct sbx_loop *loop;
     unsigned max_websockets; /* WebSocket connections at once */
+    /* Directory watches served by /v1/watch (NULL: 503), and the period of the keepalive
+     * comment on a quiet stream. Borrowed. */
+    struct sbx_fswatches *watches;
+    uint64_t watch_keepalive_ms;
     /* No listening socket and no threads: the caller hands connections over with
      * sbx_http_add_connection and drives the server with sbx_http_run (the fuzz target does;
      * host and port are ignored). */
