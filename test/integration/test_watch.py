@@ -485,3 +485,25 @@ def test_shutdown_ends_streams(sandboxd_factory, fpb):
     last = list(it)
     assert last and last[-1]["kind"] == "error" and last[-1]["code"] == "UNAVAILABLE", last
     d.stop_and_check()
+
+
+def test_rescan_catches_what_inotify_misses(watchd, fpb):
+    """A write through mmap raises no inotify event (the file stays open: no close_write
+    either); a watch with rescan_interval tells it from its snapshot, one without does not."""
+    import mmap
+    f = watchd.root / "mapped"
+    f.write_bytes(b"x" * 4096)
+    plain = GrpcWatch(watchd, fpb, path="")
+    rescanned = GrpcWatch(watchd, fpb, path="", rescan_interval_ms=200)
+    assert plain.next()["kind"] == "ready" and rescanned.next()["kind"] == "ready"
+    with open(f, "r+b") as fh, mmap.mmap(fh.fileno(), 4096) as m:
+        m[0:5] = b"hello"
+        m.flush()
+        rescanned.until(is_("write", "mapped"))
+        (watchd.root / "end").touch()
+        evs = plain.until(is_("create", "end"))
+        assert not [ev for ev in evs if ev["path"] == "mapped"], evs
+    plain.close()
+    rescanned.close()
+    bad = GrpcWatch(watchd, fpb, path="", rescan_interval_ms=5)
+    assert bad.next() is None and bad.error.code() == SC.INVALID_ARGUMENT

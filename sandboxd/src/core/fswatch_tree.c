@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,8 +21,10 @@
     (IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB | IN_MOVED_FROM |              \
      IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
-/* Reads of the inotify fd per turn of the loop: a flood does not keep the loop to itself. */
-#define READS_PER_TURN 16
+/* One read of at most this much per turn of the loop: a flood into many watches does not keep
+ * the loop (which also reaps, and answers liveness) to itself; what the kernel cannot queue
+ * meanwhile is told as an overflow. */
+#define READ_BYTES (16 * 1024)
 
 /* ------------------------------------------------------------------------------------------ */
 /* The directories watched: watch descriptor -> path, open addressing. */
@@ -464,21 +467,18 @@ static bool handle_buffer(struct fs_watch *w, const char *buf, size_t n)
 void sbx_fsw_on_inotify(struct sbx_watch *io, uint32_t events)
 {
     struct fs_watch *w = (struct fs_watch *)((char *)io - offsetof(struct fs_watch, io));
-    char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
+    char buf[READ_BYTES] __attribute__((aligned(__alignof__(struct inotify_event))));
     bool drained = false;
+    ssize_t n;
 
     (void)events;
     sbx_fsw_ref(w); /* an end in here frees nothing we still use */
-    for (int i = 0; i < READS_PER_TURN && w->io.fd >= 0; i++) {
-        ssize_t n = read(w->io.fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            drained = n < 0 && errno == EAGAIN;
-            break;
-        }
-        if (!handle_buffer(w, buf, (size_t)n))
-            break;
+    n = read(w->io.fd, buf, sizeof(buf));
+    if (n > 0 && handle_buffer(w, buf, (size_t)n) && w->have_pending) {
+        int queued = 1;
+        drained = ioctl(w->io.fd, FIONREAD, &queued) == 0 && queued == 0;
+    } else if (n < 0) {
+        drained = errno == EAGAIN;
     }
     /* A move away's arrival is queued by the same rename: once the queue is empty, none is
      * coming and the move left the tree. */

@@ -191,13 +191,21 @@ static void test_kinds(void)
            ev.dirs == 3,
        "ready first, sequence 0, after the three directories are watched");
     sh("echo a > d/f && echo b >> d/f && echo c >> d/f && chmod 600 d/f && mv d/f d/g && "
-       "mv d/g e/h && rm e/h && touch end");
+       "mv d/g e/h && rm e/h && touch ../outside/m && mv ../outside/m d/m && "
+       "mv d/m ../outside/m2 && touch end");
     ok(r && read_until(r, SBX_FSEV_CREATE, "end", log, sizeof(log), &seq), "events up to the end");
     ok(strstr(log, "create d/f;write d/f;chmod d/f;rename d/f>d/g;rename d/g>e/h;remove e/h;") !=
            NULL,
        "create, writes merged into one, chmod, renames within and across directories, remove: %s",
        log);
+    ok(strstr(log, "remove e/h;create d/m;remove d/m;create end;") != NULL,
+       "a move in is a create, a move out a remove: %s", log);
     ok(seq >= 7, "sequence numbers consecutive");
+    sh("touch d/last");
+    ok(r && read_until(r, SBX_FSEV_CREATE, "d/last", log, sizeof(log), &seq), "d/last made");
+    sh("mv d/last ../outside/");
+    ok(r && read_until(r, SBX_FSEV_REMOVE, "d/last", log, sizeof(log), &seq),
+       "a move out with nothing after it is a remove once the queue is empty");
     sbx_fswatch_close(r);
     teardown();
 }
