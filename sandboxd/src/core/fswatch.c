@@ -790,10 +790,11 @@ bool sbx_fswatch_wait(struct sbx_fswatch *r, struct sbx_fswatch_waiter *wt)
     bool armed = false;
 
     pthread_mutex_lock(&w->lock);
-    if (!has_news_locked(w, r) && !w->waiter) {
+    if (!has_news_locked(w, r) && (!w->waiter || w->waiter == wt)) {
+        if (!w->waiter)
+            w->waiter_since_ms = sbx_fsw_now_ms();
         w->waiter = wt;
         wt->armed = armed = true;
-        w->waiter_since_ms = sbx_fsw_now_ms();
     }
     pthread_mutex_unlock(&w->lock);
     return armed;

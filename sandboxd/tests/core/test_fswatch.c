@@ -38,6 +38,13 @@ static void on_wake(struct sbx_fswatch_waiter *wt)
 
 static struct sbx_fswatch_waiter waiter = {.fn = on_wake};
 
+static void reset_woken(void)
+{
+    pthread_mutex_lock(&mu);
+    woken = 0;
+    pthread_mutex_unlock(&mu);
+}
+
 static void *run_loop(void *arg)
 {
     struct sbx_error e;
@@ -243,9 +250,20 @@ static void test_overflow(void)
     sh("touch p q");
     r = open_watch(".", false, "c");
     ok(r && sbx_fswatch_next(r, &ev, NULL) == 1 && ev.kind == SBX_FSEV_READY, "ready");
+    reset_woken();
     ok(r && sbx_fswatch_wait(r, &waiter), "waiting");
     sh("for i in $(seq 50); do chmod 600 p; chmod 600 q; done; touch end");
     start_loop();
+    /* The waiter fires once the loop has logged what one read brought: all of it. */
+    {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 10;
+        pthread_mutex_lock(&mu);
+        while (woken == 0 && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+            ;
+        pthread_mutex_unlock(&mu);
+    }
     while (r && !saw_end && next_event(r, &ev) == 1) {
         if (ev.kind == SBX_FSEV_OVERFLOW) {
             contiguous &= ev.lost_from == expect && ev.lost_to >= ev.lost_from;
