@@ -115,6 +115,24 @@ def test_chart_grants_what_the_manifests_grant():
                                     "namespace": "sandboxd-system"}]
 
 
+def test_default_namespace_enforces_restricted():
+    """By default the chart makes its namespace, labelled to enforce the restricted standard,
+    and puts every namespaced object there; the Lease's Role follows leaderElectionNamespace."""
+    objs = template()
+    ns = find(objs, "Namespace")
+    assert ns["metadata"]["name"] == "sandboxd-system"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert {o["metadata"].get("namespace") for o in objs if o["kind"] not in
+            ("Namespace", "ClusterRole", "ClusterRoleBinding")} == {"sandboxd-system"}
+    objs = template("controller.leaderElectionNamespace=leases")
+    assert find(objs, "Role")["metadata"]["namespace"] == "leases"
+    assert find(objs, "RoleBinding")["metadata"]["namespace"] == "leases"
+    assert find(objs, "RoleBinding")["subjects"][0]["namespace"] == "sandboxd-system"
+    args = find(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--leader-election-namespace")] == \
+        ["--leader-election-namespace=leases"]
+
+
 def test_lint_is_clean():
     p = subprocess.run([str(helm_bin()), "lint", "--strict", str(CHART)], capture_output=True,
                        text=True, timeout=60)
