@@ -152,7 +152,7 @@ def test_values_typos_refused():
     assert "podDisruptionBudget" in refused("podDisruptionBudget.maxUnavailble=1")
     # The reference's flags that ours lack are refused, not silently dropped.
     assert "enableWarmPoolEviction" in refused("controller.enableWarmPoolEviction=true")
-    # The router has not been written: the place for it says so.
+    # The router is not deployed yet: the place for it says so.
     assert "router is not part of this chart yet" in refused("router.enabled=true")
 
 
