@@ -1,6 +1,7 @@
-/* sandboxd-router: reaches sandboxes by name from outside the cluster. Today: the gRPC relay
- * (every call routed by its x-sandbox-* metadata to the sandbox's sandboxd, over one pooled
- * HTTP/2 connection per sandbox). Parses flags, starts the relay, waits for SIGTERM, drains. */
+/* sandboxd-router: reaches sandboxes by name from outside the cluster. One port for every client
+ * (the listener tells HTTP/2 from HTTP/1.1 by the first bytes); today gRPC calls are relayed
+ * (routed by their x-sandbox-* metadata, one pooled HTTP/2 connection per sandbox) and HTTP/1.1
+ * answers the probes. Parses flags, starts the servers, waits for SIGTERM, drains. */
 #define _GNU_SOURCE
 #include <grpc/grpc.h>
 #include <signal.h>
@@ -9,12 +10,17 @@
 #include <string.h>
 
 #include "flags.h"
+#include "http.h"
+#include "listener.h"
 #include "log.h"
 #include "parse.h"
 #include "relay.h"
 
 static const char *arg_http_bind_address = ":8080";
+static const char *arg_probe_address = ":8081";
+static const char *arg_metrics_address = ":9090";
 static const char *arg_cluster_domain = "cluster.local";
+static uint64_t arg_head_timeout_ms = 10000;
 static bool arg_allow_loopback_pod_ip;
 static uint64_t arg_shutdown_timeout_ms = 30000;
 static long long arg_max_message_bytes = 64 << 20;
@@ -29,6 +35,12 @@ static int opt_count(const char *v, void *dst)
 static const struct sbx_flag flag_table[] = {
     {"http-bind-address", sbx_flag_string, &arg_http_bind_address,
      "address the router serves on, \"host:port\" or \":port\" (:8080)"},
+    {"health-probe-bind-address", sbx_flag_string, &arg_probe_address,
+     "address of /healthz and /readyz (:8081; \"\" for none)"},
+    {"metrics-bind-address", sbx_flag_string, &arg_metrics_address,
+     "address of /metrics (:9090; \"\" for none)"},
+    {"http-head-timeout", sbx_flag_duration, &arg_head_timeout_ms,
+     "time a new connection has to send its first bytes (10s)"},
     {"cluster-domain", sbx_flag_string, &arg_cluster_domain,
      "the cluster's DNS domain, for <id>.<namespace>.svc.<domain> (cluster.local)"},
     {"allow-loopback-pod-ip", NULL, &arg_allow_loopback_pod_ip,
@@ -44,13 +56,102 @@ static const struct sbx_flag flag_table[] = {
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
 
-/* ":8080" listens on every address of both families. */
-static void grpc_address(char *buf, size_t size)
+struct router {
+    struct sbx_relay *relay;
+    struct sbx_router_http *http;
+    struct sbx_listener *listener;
+};
+
+static void to_h2(void *arg, int fd)
 {
-    if (arg_http_bind_address[0] == ':')
-        snprintf(buf, size, "[::]%s", arg_http_bind_address);
-    else
-        snprintf(buf, size, "%s", arg_http_bind_address);
+    struct router *r = arg;
+
+    sbx_relay_add_fd(r->relay, fd);
+}
+
+static void to_h1(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    struct router *r = arg;
+
+    sbx_router_http_add(r->http, fd, peer, len);
+}
+
+static char *metrics(void *arg)
+{
+    struct router *r = arg;
+    struct sbx_relay_stats s;
+    uint64_t h2 = 0, h1 = 0, dropped = 0;
+    char *out = NULL;
+
+    struct sbx_listener *l = __atomic_load_n(&r->listener, __ATOMIC_ACQUIRE);
+
+    sbx_relay_stats(r->relay, &s);
+    if (l)
+        sbx_listener_counts(l, &h2, &h1, &dropped);
+    if (asprintf(&out,
+                 "# HELP sandbox_router_grpc_calls_total gRPC calls received.\n"
+                 "# TYPE sandbox_router_grpc_calls_total counter\n"
+                 "sandbox_router_grpc_calls_total %llu\n"
+                 "# HELP sandbox_router_grpc_refused_total gRPC calls refused before relaying "
+                 "(bad routing keys, no upstream).\n"
+                 "# TYPE sandbox_router_grpc_refused_total counter\n"
+                 "sandbox_router_grpc_refused_total %llu\n"
+                 "# HELP sandbox_router_upstream_connections Upstream connections pooled.\n"
+                 "# TYPE sandbox_router_upstream_connections gauge\n"
+                 "sandbox_router_upstream_connections %llu\n"
+                 "# HELP sandbox_router_upstream_connections_created_total Upstream connections "
+                 "made.\n"
+                 "# TYPE sandbox_router_upstream_connections_created_total counter\n"
+                 "sandbox_router_upstream_connections_created_total %llu\n"
+                 "# HELP sandbox_router_connections_total Client connections by protocol.\n"
+                 "# TYPE sandbox_router_connections_total counter\n"
+                 "sandbox_router_connections_total{protocol=\"h2\"} %llu\n"
+                 "sandbox_router_connections_total{protocol=\"http1\"} %llu\n"
+                 "sandbox_router_connections_total{protocol=\"none\"} %llu\n",
+                 (unsigned long long)s.calls, (unsigned long long)s.refused,
+                 (unsigned long long)s.upstreams_open, (unsigned long long)s.upstreams_created,
+                 (unsigned long long)h2, (unsigned long long)h1, (unsigned long long)dropped) < 0)
+        return NULL;
+    return out;
+}
+
+static int start(struct router *r, const struct sbx_relay_opts *ro, struct sbx_error *err)
+{
+    struct sbx_router_http_opts ho = {.probe_addr = arg_probe_address,
+                                      .metrics_addr = arg_metrics_address,
+                                      .metrics = metrics,
+                                      .arg = r};
+    struct sbx_listener_opts lo = {.head_timeout_ms = (unsigned)arg_head_timeout_ms,
+                                   .max_pending = 4096,
+                                   .h2 = to_h2,
+                                   .h1 = to_h1,
+                                   .arg = r};
+    struct sbx_listener *l = NULL;
+    char host[128];
+    int rc;
+
+    if ((rc = sbx_listener_parse_addr(arg_http_bind_address, host, sizeof(host), &lo.port, err)) <
+        0)
+        return rc;
+    lo.host = *host ? host : NULL;
+    if ((rc = sbx_relay_new(&r->relay, ro, err)) < 0 || (rc = sbx_relay_start(r->relay, err)) < 0 ||
+        (rc = sbx_router_http_start(&r->http, &ho, err)) < 0 ||
+        (rc = sbx_listener_start(&l, &lo, err)) < 0)
+        return rc;
+    __atomic_store_n(&r->listener, l, __ATOMIC_RELEASE); /* /metrics may be reading */
+    sbx_router_http_set_ready(r->http, true);            /* every listener is bound */
+    return 0;
+}
+
+/* No new connections; calls in flight drain (the probes answer /readyz 503 meanwhile); then the
+ * HTTP side goes. */
+static void stop(struct router *r)
+{
+    sbx_listener_stop(r->listener);
+    sbx_relay_shutdown(r->relay, arg_shutdown_timeout_ms);
+    sbx_router_http_stop(r->http);
+    sbx_relay_free(r->relay);
+    sbx_listener_free(r->listener);
 }
 
 int main(int argc, char **argv)
@@ -64,11 +165,10 @@ int main(int argc, char **argv)
                                       "metadata.\n"};
     struct sbx_relay_opts o = {
         .threads = (int)arg_threads, .default_port = 9090, .target = {.cluster_domain = NULL}};
-    struct sbx_relay *relay = NULL;
+    struct router r = {0};
     struct sbx_error err = {0};
-    char addr[256];
     sigset_t set;
-    int rest, port, sig;
+    int rest, sig;
     bool dashdash;
 
     switch (sbx_flags_parse(&f, argc, argv, &rest, &dashdash)) {
@@ -92,19 +192,18 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts: they inherit it */
     grpc_init();
-    grpc_address(addr, sizeof(addr));
-    if (sbx_relay_new(&relay, &o, &err) < 0 || (port = sbx_relay_listen(relay, addr, &err)) < 0 ||
-        sbx_relay_start(relay, &err) < 0) {
+    if (start(&r, &o, &err) < 0) {
         log_error(0, "%s", err.msg);
-        sbx_relay_free(relay, 0);
+        stop(&r);
         grpc_shutdown();
         return 1;
     }
-    log_info("sandboxd-router %s listening on %s (port %d)", SANDBOXD_VERSION, addr, port);
+    log_info("sandboxd-router %s ready", SANDBOXD_VERSION);
     sigwait(&set, &sig);
     log_info("%s: draining (up to %llu ms)", strsignal(sig),
              (unsigned long long)arg_shutdown_timeout_ms);
-    sbx_relay_free(relay, arg_shutdown_timeout_ms);
+    sbx_router_http_set_ready(r.http, false);
+    stop(&r);
     grpc_shutdown();
     log_info("sandboxd-router stopped");
     return 0;

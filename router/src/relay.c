@@ -61,6 +61,7 @@ struct sbx_relay {
     uint64_t calls, refused;
     struct tag t_shutdown;
     bool shut_down;
+    bool down; /* sbx_relay_shutdown ran */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -523,17 +524,6 @@ int sbx_relay_new(struct sbx_relay **ret, const struct sbx_relay_opts *o, struct
     return 0;
 }
 
-int sbx_relay_listen(struct sbx_relay *r, const char *addr, struct sbx_error *err)
-{
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(r->server, addr, creds);
-
-    grpc_server_credentials_release(creds);
-    if (port <= 0)
-        return sbx_error_set(err, EADDRINUSE, "cannot listen on %s", addr);
-    return port;
-}
-
 int sbx_relay_start(struct sbx_relay *r, struct sbx_error *err)
 {
     int n = r->o.threads > 0 && r->o.threads <= MAX_THREADS ? r->o.threads : 4;
@@ -567,12 +557,13 @@ void sbx_relay_stats(struct sbx_relay *r, struct sbx_relay_stats *s)
     sbx_upstreams_count(r->ups, &s->upstreams_open, &s->upstreams_created);
 }
 
-void sbx_relay_free(struct sbx_relay *r, uint64_t grace_ms)
+void sbx_relay_shutdown(struct sbx_relay *r, uint64_t grace_ms)
 {
     struct timespec until;
 
-    if (!r)
+    if (!r || r->down)
         return;
+    r->down = true;
     pthread_mutex_lock(&r->lock);
     r->stopping = true;
     pthread_mutex_unlock(&r->lock);
@@ -600,6 +591,13 @@ void sbx_relay_free(struct sbx_relay *r, uint64_t grace_ms)
     for (int i = 0; i < r->n_threads; i++)
         pthread_join(r->threads[i], NULL);
     grpc_completion_queue_destroy(r->cq);
+}
+
+void sbx_relay_free(struct sbx_relay *r)
+{
+    if (!r)
+        return;
+    sbx_relay_shutdown(r, 0);
     sbx_upstreams_free(r->ups);
     pthread_cond_destroy(&r->idle);
     pthread_mutex_destroy(&r->lock);

@@ -22,11 +22,8 @@ struct sbx_relay_opts {
     unsigned max_upstreams; /* pooled connections; the least recently used goes beyond */
 };
 
-/* Creates the relay's server (not yet listening). */
+/* Creates the relay's server; it listens on nothing: connections come by sbx_relay_add_fd. */
 int sbx_relay_new(struct sbx_relay **ret, const struct sbx_relay_opts *o, struct sbx_error *err);
-
-/* Listens on addr ("host:port"); returns the bound port or -errno. Before sbx_relay_start. */
-int sbx_relay_listen(struct sbx_relay *r, const char *addr, struct sbx_error *err);
 
 int sbx_relay_start(struct sbx_relay *r, struct sbx_error *err);
 
@@ -39,5 +36,8 @@ struct sbx_relay_stats {
 };
 void sbx_relay_stats(struct sbx_relay *r, struct sbx_relay_stats *s);
 
-/* Stops accepting calls, cancels those in flight after grace_ms, joins the threads, frees. */
-void sbx_relay_free(struct sbx_relay *r, uint64_t grace_ms);
+/* Stops accepting calls, cancels those in flight after grace_ms, joins the threads; the stats
+ * stay readable. */
+void sbx_relay_shutdown(struct sbx_relay *r, uint64_t grace_ms);
+/* Shuts down (with no grace) if not yet, and frees. Accepts NULL. */
+void sbx_relay_free(struct sbx_relay *r);

@@ -28,10 +28,14 @@ class Router(DaemonProcess):  # noqa: F405 - from the integration conftest
     """sandboxd-router on a free loopback port, loopback pod IPs allowed."""
 
     def __init__(self, binary, extra_args=()):
-        self.port = free_port()  # noqa: F405
-        super().__init__([binary, "--http-bind-address", f"127.0.0.1:{self.port}",
+        self.probe_port, self.metrics_port = free_port(), free_port()  # noqa: F405
+        super().__init__([binary, "--http-bind-address", "127.0.0.1:0",
+                          "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
+                          "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
                           "--allow-loopback-pod-ip", "--log-level", "debug", *extra_args])
-        self.wait_line(r"listening on")
+        m = self.wait_line(r"router: listening on \S+ port (\d+)")
+        self.port = int(m.group(1))
+        self.wait_line(r"\bready\b")
         self.target = f"127.0.0.1:{self.port}"
 
     def stop_and_check(self):

@@ -1,6 +1,6 @@
 /* The REST port's listening socket: both families by default, TCP_DEFER_ACCEPT set. */
 #define _GNU_SOURCE
-#include "http_listen.h"
+#include "listen.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,8 +61,8 @@ static int bound_port(int fd)
                                          : ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-int sbx_http_listen(const char *h, int port, int defer_s, int *fd, const char **families,
-                    struct sbx_error *err)
+int sbx_listen(const char *h, int port, int defer_s, int *fd, const char **families,
+               struct sbx_error *err)
 {
     unsigned char buf[16];
     int r;
