@@ -594,8 +594,8 @@ int sbx_gate_start(struct sbx_gate **ret, const struct sbx_gate_opts *o, struct 
     g->o = *o;
     g->listen_fd = g->ep = g->stop_fd = -1;
     pthread_mutex_init(&g->lock, NULL);
-    if ((r = sbx_listen(o->host, o->port, (int)((o->head_timeout_ms + 999) / 1000),
-                             &g->listen_fd, &g->families, err)) < 0)
+    if ((r = sbx_listen(o->host, o->port, (int)((o->head_timeout_ms + 999) / 1000), &g->listen_fd,
+                        &g->families, err)) < 0)
         goto fail;
     lev.data.fd = g->listen_fd;
     g->ep = epoll_create1(EPOLL_CLOEXEC);
