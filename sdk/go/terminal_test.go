@@ -230,3 +230,36 @@ func TestTerminalToken(t *testing.T) {
 		}
 	}
 }
+
+func TestTerminalOutputGoneFromTheRingIsSaid(t *testing.T) {
+	dir := t.TempDir()
+	d, err := startDaemon(os.Getenv("SANDBOXD_BIN"), dir, "--output-ring-bytes", "4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	c := d.client(t)
+	x := ctx(t)
+	p := mustSpawn(t, c, sandboxd.Shell(`head -c 20000 /dev/zero | tr '\0' x; echo; echo end`), sandboxd.PTY(24, 80))
+	if _, err := p.Wait(x); err != nil {
+		t.Fatal(err)
+	}
+	zero := uint64(0)
+	term, err := c.Terminal(x, sandboxd.TerminalOptions{PID: p.ID, Offset: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	out := readToExit(t, term)
+	info, err := c.GetProcess(x, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaps := term.Truncated()
+	if len(gaps) != 1 || gaps[0].From != 0 || gaps[0].To != info.Stdout.Start || gaps[0].To < 15000 {
+		t.Fatalf("gaps %+v, ring from %d", gaps, info.Stdout.Start)
+	}
+	if !bytes.HasSuffix(out, []byte("end\r\n")) || gaps[0].To+uint64(len(out)) != term.Offset() || term.Offset() != info.Stdout.End {
+		t.Fatalf("%d bytes after the gap, offset %d, written %d", len(out), term.Offset(), info.Stdout.End)
+	}
+}

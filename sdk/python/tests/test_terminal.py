@@ -249,3 +249,18 @@ async def test_async_terminal(daemon):
         assert out == whole
         with pytest.raises(errors.NotFoundError):
             await sb.terminal(pid=999999)
+
+
+def test_output_gone_from_the_ring_is_said(daemon_factory):
+    d = daemon_factory(["--output-ring-bytes", "4096"])
+    with d.sandbox() as s:
+        p = s.processes.spawn("head -c 20000 /dev/zero | tr '\\0' x; echo; echo end",
+                              pty=(24, 80))
+        p.wait(WAIT)
+        with s.terminal(pid=p.id, offset=0) as term:
+            assert term.offset == 0
+            out = b"".join(term)
+        [gap] = term.truncated
+        assert (gap.start, gap.end) == (0, p.refresh().stdout.start) and gap.end > 15000
+        assert out.endswith(b"end\r\n") and gap.end + len(out) == term.offset
+        assert term.offset == p.info.stdout.end and term.exit.exit_code == 0
