@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -100,4 +101,40 @@ func ExampleClient_Spawn() {
 	// exit: 0 exited
 	// step 2
 	// done now
+}
+
+// A terminal over WebSocket: a command in a new one, typed into, then found again by its
+// process id from an offset.
+func ExampleClient_Terminal() {
+	grpcPort, _ := strconv.Atoi(os.Getenv("SANDBOXD_GRPC_PORT"))
+	restPort, _ := strconv.Atoi(os.Getenv("SANDBOXD_REST_PORT"))
+	c, _ := sandboxd.New("127.0.0.1", sandboxd.WithGRPCPort(grpcPort), sandboxd.WithRESTPort(restPort))
+	defer c.Close()
+	ctx := context.Background()
+
+	// Without a Command: a login shell.
+	t, err := c.Terminal(ctx, sandboxd.TerminalOptions{Command: "stty size; read name; echo hello $name", Cols: 100, Rows: 30})
+	if err != nil {
+		panic(err)
+	}
+	defer t.Close() // the process goes on
+	size := make([]byte, 8)
+	if _, err := io.ReadFull(t, size); err != nil {
+		panic(err)
+	}
+	afterSize := t.Offset() // of the next byte Read returns
+	t.Write([]byte("world\n"))
+	rest, _ := io.ReadAll(t) // until the process exits
+	fmt.Printf("%q %q exit: %d %s\n", size, rest, t.Exit().Code, t.Exit().Reason)
+
+	again, err := c.Terminal(ctx, sandboxd.TerminalOptions{PID: t.ID(), Offset: &afterSize})
+	if err != nil {
+		panic(err)
+	}
+	defer again.Close()
+	replay, _ := io.ReadAll(again)
+	fmt.Printf("%q\n", replay)
+	// Output:
+	// "30 100\r\n" "world\r\nhello world\r\n" exit: 0 exited
+	// "world\r\nhello world\r\n"
 }

@@ -29,3 +29,10 @@ def test_quickstart(daemon):
         "run: 0 42", "stream: echo: hello", "exit: 0", "stat: 10", "list: ['data.txt']",
         "download: some data", "error: NOT_FOUND",
     ]
+
+
+def test_terminal(daemon):
+    assert run_example(daemon, "terminal.py") == [
+        "size: 30 100", r"rest: 'world\r\nhello world\r\n' exit: 0 exited",
+        r"again: 'world\r\nhello world\r\n'",
+    ]
