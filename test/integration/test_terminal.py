@@ -7,6 +7,7 @@ wrote; the protocol violations need frames no library sends, so a small raw clie
 
 import asyncio
 import base64
+import ctypes
 import json
 import os
 import socket
@@ -386,6 +387,49 @@ class Raw:
                 return None
             if f[0] == 8:
                 return struct.unpack(">H", f[1][:2])[0], f[1][2:].decode()
+
+
+def daemon_socket(pid, peer):
+    """The daemon's end of the TCP connection whose other end is at `peer`, duplicated into this
+    process with pidfd_getfd(2) (root may take another process's descriptors); None if none."""
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    pidfd = os.pidfd_open(pid)
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+                    continue
+            except FileNotFoundError:
+                continue
+            fd = syscall(438, pidfd, int(name), 0)  # SYS_pidfd_getfd
+            if fd < 0:
+                continue
+            s = socket.socket(fileno=fd)
+            try:
+                if s.type == socket.SOCK_STREAM and s.getpeername() == peer:
+                    return s
+            except OSError:
+                pass
+            s.close()
+    finally:
+        os.close(pidfd)
+    return None
+
+
+def test_upgraded_socket_sends_small_frames_at_once(sandboxd, procs):
+    """An echo is a frame of a few bytes. With Nagle's algorithm on, one that follows a frame the
+    client has not acknowledged yet waits for the client's delayed ACK, 40 ms: the last echoes of
+    a pasted line did, in a quarter of bench/terminal.sh's bursts. libmicrohttpd turns
+    TCP_NODELAY off on the connection before the upgrade; the upgraded socket turns it on."""
+    info = procs.spawn(["sleep", "30"], pty=(24, 80))
+    r = Raw(sandboxd.rest_port, f"/v1/processes/{info.id}/terminal?offset=0")
+    op, payload = r.frame()
+    assert op == 1 and json.loads(payload)["type"] == "attached"
+    s = daemon_socket(sandboxd.proc.pid, r.s.getsockname())
+    assert s is not None, "the daemon's end of the connection not found"
+    with s:
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    procs.signal(info.id, 9)
 
 
 @pytest.mark.parametrize("case,code", [

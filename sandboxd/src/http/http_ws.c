@@ -426,11 +426,15 @@ unsigned sbx_ws_set_count(struct sbx_ws_set *set)
     return n;
 }
 
-/* Notices a peer that vanished (no FIN, no RST) within minutes rather than hours. */
-static void keepalive(int fd)
+/* Keepalive notices a peer that vanished (no FIN, no RST) within minutes rather than hours.
+ * TCP_NODELAY, which libmicrohttpd turned off before the upgrade: an echo is a frame of a few
+ * bytes, and with Nagle's algorithm one that follows an unacknowledged frame waits for the
+ * client's delayed ACK (40 ms; bench/terminal.sh's bursts). */
+static void tune_socket(int fd)
 {
     int on = 1, idle = 60, intvl = 10, cnt = 6;
 
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
@@ -466,7 +470,7 @@ int sbx_ws_open(struct sbx_ws_set *set, int fd, const uint8_t *extra, size_t n,
     ws->extra_len = n;
     sbx_ws_parser_init(&ws->parser, set->max_msg);
     (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    keepalive(fd);
+    tune_socket(fd);
     pthread_mutex_lock(&set->lock);
     if (set->stopped || set->count >= set->max) {
         r = set->stopped ? -ESHUTDOWN : -EBUSY;
