@@ -6,8 +6,8 @@
 # the ratios; a benchmark is not a test: nothing here fails on a figure. See the "Terminals"
 # section of bench/README.md.
 #
-#   bench/terminal.sh            full run (3 rounds of 2000 keys and 20 bursts a path; ~1 minute)
-#   bench/terminal.sh --quick    quick run (2 rounds of 500 keys and 10 bursts; ~20 s)
+#   bench/terminal.sh            full run (3 rounds of 2000 keys and 20 bursts a path; ~30 s)
+#   bench/terminal.sh --quick    quick run (2 rounds of 500 keys and 10 bursts; ~10 s)
 #
 # Options (after --quick, to override it):
 #   --rounds N       rounds; each measures every path once, on a new `cat`, in an order that
