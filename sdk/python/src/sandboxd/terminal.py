@@ -34,7 +34,7 @@ class Terminal(t.Facts):
     def _open(self, target: t.Target) -> None:
         try:
             # Entered as a context manager: the one way to hold a connection that every
-            # websockets from 14 on accepts without a warning (17.1 deprecates the other).
+            # websockets from 15 on accepts without a warning (17.1 deprecates the other).
             self._ws = connect(t.url(self._ep, target.path()), **t.options(self._ep)).__enter__()
         except (OSError, InvalidHandshake, builtins.TimeoutError) as e:
             raise t.open_error(target, e) from None
