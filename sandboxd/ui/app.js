@@ -118,6 +118,7 @@ window.sbx = {
     return lines.join('\n');
   },
   drop() { if (state.ws) state.ws.close(); },
+  watch: 'starting', // 'live' while the directory watch streams, 'polling' without it
 };
 
 // ---- files ------------------------------------------------------------------------------
@@ -201,6 +202,7 @@ async function watch() {
   try {
     const r = await fetch('/v1/watch' + enc(cwd), { headers: auth, signal: ctl.signal });
     if (!r.ok) throw new Error(String(r.status));
+    window.sbx.watch = 'live';
     const reader = r.body.getReader();
     for (;;) {
       const { done } = await reader.read();
@@ -211,6 +213,7 @@ async function watch() {
   } catch (e) {
     if (ctl.signal.aborted) return;
   }
+  window.sbx.watch = 'polling';
   if (watching === ctl) setTimeout(() => { if (watching === ctl) { list(); watch(); } }, 5000);
 }
 

@@ -149,6 +149,8 @@ def test_file_panel_lists_uploads_and_updates(sandboxd, browser, tmp_path):
                                ".map(li => li.dataset.name)"))
 
     wait_until(lambda: attached(browser), WAIT, what="attached")
+    # The panel follows the directory watch (Server-Sent Events), not a poll.
+    wait_until(lambda: js(browser, "window.sbx.watch") == "live", WAIT, what="the watch live")
     # A file made from outside the page shows up without a reload.
     assert http_request(sandboxd.rest_port, "PUT", "/v1/files/made-outside.txt",
                         body=b"x", timeout=5).status == 204

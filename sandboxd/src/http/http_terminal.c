@@ -39,6 +39,7 @@ struct term {
     unsigned refs; /* the socket's, an armed waiter's, a stdin write's */
     bool attached; /* the socket is open: an unattached spawned shell dies with the request */
     bool spawned;
+    bool reserved; /* holds a place among the WebSockets until the upgrade */
     bool greeted, ended, closed, writing;
 };
 
@@ -57,6 +58,8 @@ static void term_drop(void *data)
 
     if (t->spawned && !t->attached)
         (void)sbx_job_signal(t->job, SIGKILL, SBX_SIGNAL_TREE, NULL);
+    if (t->reserved)
+        sbx_ws_unreserve(t->h->ws);
     term_unref(t);
 }
 
@@ -72,8 +75,8 @@ static void send_json(struct term *t, json_t *j)
 
 static const char *reason_name(enum sbx_exit_reason r)
 {
-    static const char *const names[] = {"running",   "exited", "signaled", "killed",
-                                        "timed_out", "oom",    "shutdown"};
+    static const char *const names[] = {"running",   "exited",     "signaled", "killed",
+                                        "timed_out", "oom_killed", "shutdown"};
 
     return (size_t)r < SBX_ARRAY_SIZE(names) ? names[r] : "unknown";
 }
@@ -275,6 +278,7 @@ static void on_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls, c
     r->upgrade_data = NULL;
     r->upgrade_drop = NULL;
     t->attached = true;
+    t->reserved = false; /* sbx_ws_open takes the place */
     sbx_metrics_terminal(true);
     if (sbx_ws_open(h->ws, sock, (const uint8_t *)extra, extra_size, release_upgraded, urh,
                     &term_ops, t, &e) < 0) {
@@ -346,9 +350,16 @@ static bool handshake_refused(struct hctx *c, enum MHD_Result *ret)
 /* Answers 101 and hands t to the upgrade (t taken either way). */
 static enum MHD_Result upgrade(struct hctx *c, struct term *t)
 {
-    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgraded, c->h);
+    struct MHD_Response *resp;
     char accept[29];
 
+    if (sbx_ws_reserve(c->h->ws) < 0) {
+        term_drop(t);
+        return sbx_http_respond_error(c, 503, "RESOURCE_EXHAUSTED",
+                                      "too many WebSocket connections (--max-websockets)");
+    }
+    t->reserved = true;
+    resp = MHD_create_response_for_upgrade(on_upgraded, c->h);
     if (!resp) {
         term_drop(t);
         return MHD_NO;

@@ -446,6 +446,28 @@ bool sbx_ws_set_full(struct sbx_ws_set *set)
     return sbx_ws_set_count(set) >= set->max;
 }
 
+int sbx_ws_reserve(struct sbx_ws_set *set)
+{
+    int r = 0;
+
+    pthread_mutex_lock(&set->lock);
+    if (set->stopped)
+        r = -ESHUTDOWN;
+    else if (set->count >= set->max)
+        r = -EBUSY;
+    else
+        set->count++;
+    pthread_mutex_unlock(&set->lock);
+    return r;
+}
+
+void sbx_ws_unreserve(struct sbx_ws_set *set)
+{
+    pthread_mutex_lock(&set->lock);
+    set->count--;
+    pthread_mutex_unlock(&set->lock);
+}
+
 int sbx_ws_open(struct sbx_ws_set *set, int fd, const uint8_t *extra, size_t n,
                 void (*release)(void *arg), void *arg, const struct sbx_ws_ops *ops, void *data,
                 struct sbx_error *err)
@@ -455,6 +477,7 @@ int sbx_ws_open(struct sbx_ws_set *set, int fd, const uint8_t *extra, size_t n,
 
     if (!ws || (n && !(ws->extra = malloc(n)))) {
         free(ws);
+        sbx_ws_unreserve(set);
         release(arg);
         return sbx_error_set(err, ENOMEM, "allocate websocket");
     }
@@ -472,20 +495,18 @@ int sbx_ws_open(struct sbx_ws_set *set, int fd, const uint8_t *extra, size_t n,
     (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     tune_socket(fd);
     pthread_mutex_lock(&set->lock);
-    if (set->stopped || set->count >= set->max) {
-        r = set->stopped ? -ESHUTDOWN : -EBUSY;
+    if (set->stopped) {
+        set->count--; /* the reservation */
         pthread_mutex_unlock(&set->lock);
         free(ws->extra);
         free(ws);
         release(arg);
-        return sbx_error_set(
-            err, -r, r == -EBUSY ? "too many websocket connections" : "the server is stopping");
+        return sbx_error_set(err, ESHUTDOWN, "the server is stopping");
     }
     ws->next = set->head;
     if (set->head)
         set->head->prev = ws;
-    set->head = ws;
-    set->count++;
+    set->head = ws; /* counted since its reservation */
     /* Added under the lock: the set's end cannot come between linking it and watching it. The
      * first event (writable, at once) starts it on the loop thread. */
     r = sbx_loop_add(set->loop, &ws->watch, EPOLLOUT, err);

@@ -36,10 +36,17 @@ unsigned sbx_ws_set_count(struct sbx_ws_set *set);
 /* Whether the set is at its limit (a handshake is refused before it is answered). */
 bool sbx_ws_set_full(struct sbx_ws_set *set);
 
-/* Takes over the upgraded socket fd (any thread), with the bytes the server read beyond the
- * handshake; release(arg) runs once the connection is over and the fd must be given back
- * (closed by whoever owns it), also when this fails. Returns 0, -EBUSY at the set's limit,
- * -ESHUTDOWN once the set stops, or -errno. */
+/* Takes a place in the set for a connection about to be upgraded (any thread): 0, -EBUSY at
+ * the set's limit, -ESHUTDOWN once it stops. The place is the connection's from sbx_ws_open on;
+ * sbx_ws_unreserve gives back one whose upgrade never came. So the limit holds exactly, however
+ * many handshakes are answered at once. */
+int sbx_ws_reserve(struct sbx_ws_set *set);
+void sbx_ws_unreserve(struct sbx_ws_set *set);
+
+/* Takes over the upgraded socket fd (any thread) into a place sbx_ws_reserve took, with the
+ * bytes the server read beyond the handshake; release(arg) runs once the connection is over and
+ * the fd must be given back (closed by whoever owns it), also when this fails (the place is
+ * given back too). Returns 0, -ESHUTDOWN once the set stops, or -errno. */
 int sbx_ws_open(struct sbx_ws_set *set, int fd, const uint8_t *extra, size_t n,
                 void (*release)(void *arg), void *arg, const struct sbx_ws_ops *ops, void *data,
                 struct sbx_error *err);
