@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from conftest import (CONFIG, REPO, RUNTIME_CLASS, TOOLS, Proc, controller_bin, established,
-                      wait_until, write_kubeconfig)
+                      load_manifests, wait_until, write_kubeconfig)
 from kube import ApiError
 
 CHART = REPO / "deploy" / "helm" / "sandboxd"
@@ -297,6 +297,17 @@ def test_restricted_namespace_refuses_pod_without_the_security_context(cluster):
 # The workload controllers a Deployment needs, which the cluster's kube-controller-manager
 # (conftest.KCM_CONTROLLERS: garbage collection and volumes) does not run.
 WORKLOAD_CONTROLLERS = ("deployment-controller", "replicaset-controller", "disruption-controller")
+
+
+def test_kustomize_deployment_admitted_under_restricted(cluster):
+    """The other way to install (kubectl apply -k controller/config): its namespace enforces
+    the restricted standard too, and its Deployment's pod template is admitted there."""
+    objs = load_manifests()
+    ns = [o for o in objs if o["kind"] == "Namespace"][0]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    spec = [o for o in objs if o["kind"] == "Deployment"][0]["spec"]["template"]["spec"]
+    cluster.admin.request("POST", f"/api/v1/namespaces/{ns['metadata']['name']}/pods?dryRun=All",
+                          pod_of(spec, ns["metadata"]["name"], "kustomize"))
 
 
 @pytest.fixture(scope="module")
