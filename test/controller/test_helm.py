@@ -115,6 +115,24 @@ def test_chart_grants_what_the_manifests_grant():
                                     "namespace": "sandboxd-system"}]
 
 
+def test_packaged_chart_renders_the_same(tmp_path):
+    """helm package keeps what the chart is made of (crds/, files/, the schema): the archive
+    renders as the directory does and still refuses a typo."""
+    p = subprocess.run([str(helm_bin()), "package", str(CHART), "--destination", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    tgz = next(tmp_path.glob("sandboxd-*.tgz"))
+    run = [str(helm_bin()), "template", "rel", "--include-crds"]
+    a = subprocess.run(run + [str(CHART)], capture_output=True, text=True, timeout=60)
+    b = subprocess.run(run + [str(tgz)], capture_output=True, text=True, timeout=60)
+    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout
+    assert a.stdout.count("kind: CustomResourceDefinition") == 4
+    bad = subprocess.run(run + [str(tgz), "--set", "controller.kubeApiQPS=5"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "kubeApiQPS" in bad.stderr
+
+
 def test_default_namespace_enforces_restricted():
     """By default the chart makes its namespace, labelled to enforce the restricted standard,
     and puts every namespaced object there; the Lease's Role follows leaderElectionNamespace."""
