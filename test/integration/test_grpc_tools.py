@@ -79,6 +79,23 @@ def test_grpcurl_describe_service(tools, sandboxd):
         assert line in out, out
 
 
+def test_grpcurl_describes_every_method(tools, sandboxd):
+    """Each method by its full name, as `grpcurl describe Service.Method` asks reflection for it
+    (a service's second method was once filed under its first: "Svc.Start.Execute")."""
+    rc, out, err = grpcurl(tools, sandboxd.target, "list")
+    assert rc == 0, err
+    services = [s for s in out.split() if not s.startswith("grpc.reflection")]
+    seen = 0
+    for svc in services:
+        rc, methods, err = grpcurl(tools, sandboxd.target, "list", svc)
+        assert rc == 0, err
+        for m in methods.split():
+            rc, out, err = grpcurl(tools, sandboxd.target, "describe", m)
+            assert rc == 0 and f"{m} is a method" in out, (m, err)
+            seen += 1
+    assert seen >= 15, seen
+
+
 def test_grpcurl_describe_messages(tools, sandboxd):
     rc, out, err = grpcurl(tools, sandboxd.target, "describe", ".process.v1.StartRequest")
     assert rc == 0, err

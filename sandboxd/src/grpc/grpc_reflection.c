@@ -83,13 +83,13 @@ static int index_file(struct sbx_reflection *r, size_t idx)
         if (rc < 0)
             return rc;
         r->services[r->n_services++] = r->symbols[r->n_symbols - 1].name;
-        for (size_t j = 0; j < s->n_method && rc == 0; j++) {
-            char *svc = strdup(r->symbols[r->n_symbols - 1].name);
-            if (!svc)
-                return -ENOMEM;
+        /* The service's name, copied: adding symbols may move the array that holds it. */
+        char *svc = strdup(r->symbols[r->n_symbols - 1].name);
+        if (!svc)
+            return -ENOMEM;
+        for (size_t j = 0; j < s->n_method && rc == 0; j++)
             rc = add_symbol(r, svc, s->method[j]->name, idx);
-            free(svc);
-        }
+        free(svc);
     }
     return rc;
 }
