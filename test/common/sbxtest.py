@@ -2,6 +2,7 @@
 directory on sys.path first). Only what more than one suite uses the same way is here; a suite's
 own fixtures stay in its conftest."""
 
+import ctypes
 import os
 import socket
 import time
@@ -60,3 +61,30 @@ def find_tools(names):
 LOOPBACK_FLAGS = ["--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0"]
 GRPC_LISTENING = r"grpc listening on 127\.0\.0\.1 port (\d+)"
 REST_LISTENING = r"rest listening on 127\.0\.0\.1 port (\d+)"
+
+
+def peer_socket(pid, peer):
+    """A process's end of the TCP connection whose other end is at `peer`, duplicated into this
+    process with pidfd_getfd(2) (root may take another process's descriptors); None if none."""
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    pidfd = os.pidfd_open(pid)
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+                    continue
+            except FileNotFoundError:
+                continue
+            fd = syscall(438, pidfd, int(name), 0)  # SYS_pidfd_getfd
+            if fd < 0:
+                continue
+            s = socket.socket(fileno=fd)
+            try:
+                if s.type == socket.SOCK_STREAM and s.getpeername() == peer:
+                    return s
+            except OSError:
+                pass
+            s.close()
+    finally:
+        os.close(pidfd)
+    return None

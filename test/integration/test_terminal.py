@@ -7,7 +7,6 @@ wrote; the protocol violations need frames no library sends, so a small raw clie
 
 import asyncio
 import base64
-import ctypes
 import json
 import os
 import socket
@@ -17,6 +16,7 @@ import time
 import pytest
 import websockets
 
+import sbxtest  # noqa: E402 - test/common, on the path by conftest
 from conftest import RPC_TIMEOUT, Procs, http_request, wait_until
 
 WAIT = 10.0
@@ -389,33 +389,6 @@ class Raw:
                 return struct.unpack(">H", f[1][:2])[0], f[1][2:].decode()
 
 
-def daemon_socket(pid, peer):
-    """The daemon's end of the TCP connection whose other end is at `peer`, duplicated into this
-    process with pidfd_getfd(2) (root may take another process's descriptors); None if none."""
-    syscall = ctypes.CDLL(None, use_errno=True).syscall
-    pidfd = os.pidfd_open(pid)
-    try:
-        for name in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
-                    continue
-            except FileNotFoundError:
-                continue
-            fd = syscall(438, pidfd, int(name), 0)  # SYS_pidfd_getfd
-            if fd < 0:
-                continue
-            s = socket.socket(fileno=fd)
-            try:
-                if s.type == socket.SOCK_STREAM and s.getpeername() == peer:
-                    return s
-            except OSError:
-                pass
-            s.close()
-    finally:
-        os.close(pidfd)
-    return None
-
-
 def test_upgraded_socket_sends_small_frames_at_once(sandboxd, procs):
     """An echo is a frame of a few bytes. With Nagle's algorithm on, one that follows a frame the
     client has not acknowledged yet waits for the client's delayed ACK, 40 ms: the last echoes of
@@ -425,7 +398,7 @@ def test_upgraded_socket_sends_small_frames_at_once(sandboxd, procs):
     r = Raw(sandboxd.rest_port, f"/v1/processes/{info.id}/terminal?offset=0")
     op, payload = r.frame()
     assert op == 1 and json.loads(payload)["type"] == "attached"
-    s = daemon_socket(sandboxd.proc.pid, r.s.getsockname())
+    s = sbxtest.peer_socket(sandboxd.proc.pid, r.s.getsockname())
     assert s is not None, "the daemon's end of the connection not found"
     with s:
         assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

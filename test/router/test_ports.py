@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 
+import sbxtest
 from conftest import http_request, wait_until
 from test_grpc_relay import routed
 
@@ -86,3 +87,18 @@ def test_silent_connections_are_closed(router_factory):
     assert closed_by_peer(s)
     s.close()
     assert http_request(r.port, "GET", "/healthz", timeout=5).status == 200
+
+
+def test_client_connections_send_small_frames_at_once(router, sandboxd, protos):
+    """The router's end of a client's connection has Nagle's algorithm off, whichever server it
+    was handed to: with it on, a unary answer waited for the client's delayed ACK (40 ms)."""
+    import socket as so
+    for proto in ("h2", "http1"):
+        s = so.create_connection(("127.0.0.1", router.port), timeout=10)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" if proto == "h2" else
+                  b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        mine = wait_until(lambda: sbxtest.peer_socket(router.proc.pid, s.getsockname()), 10,
+                          what=f"the router's end of the {proto} connection")
+        assert mine.getsockopt(so.IPPROTO_TCP, so.TCP_NODELAY) != 0, proto
+        mine.close()
+        s.close()
