@@ -10,16 +10,17 @@
  * skips it.
  *
  * Checked, for every pod built: the injector init container comes first and only once; the main
- * container runs sandboxd with the token file, then "--" and exactly the template's command and
- * args; sandboxd's ports, volumes and mounts are there exactly once and nothing of the template's
- * clashes with them; both probes are objects; the service account token is mounted only when the
- * template says true; the runtime class is the template's when it names one, else the default;
- * name, namespace, owner and selector labels are the sandbox's; each volume claim template is one
- * volume of its name on its claim "<template>-<sandbox>", whose PersistentVolumeClaim
- * (sbx_sandbox_pvc) has that name, the sandbox's label and owner and the template's spec. For the
- * sandboxes built: the template label its NetworkPolicy selects by, the owner, the claim's env and
- * lifecycle, the volume claim templates merged as sbx_claim_volumes says (a claim's only under a
- * policy that takes them). Every refusal carries -errno and a message. */
+ * container runs sandboxd with the token file, then "--" and exactly the template's command (or,
+ * without one, the entrypoint its annotation gives) and args; sandboxd's ports, volumes and mounts
+ * are there exactly once and nothing of the template's clashes with them; both probes are objects;
+ * the service account token is mounted only when the template says true; the runtime class is the
+ * template's when it names one, else the default; name, namespace, owner and selector labels are
+ * the sandbox's; each volume claim template is one volume of its name on its claim
+ * "<template>-<sandbox>", whose PersistentVolumeClaim (sbx_sandbox_pvc) has that name, the
+ * sandbox's label and owner and the template's spec. For the sandboxes built: the template label
+ * its NetworkPolicy selects by, the owner, the claim's env and lifecycle, the volume claim
+ * templates merged as sbx_claim_volumes says (a claim's only under a policy that takes them). Every
+ * refusal carries -errno and a message. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,10 +88,14 @@ static size_t check_port_flags(json_t *cmd, const struct sbx_ports *ports)
     return n;
 }
 
-static void check_main(json_t *main, json_t *orig, const struct sbx_ports *pp)
+/* entry: the entrypoint the pod template's annotation gives (NULL: none); it stands for a
+ * missing or empty command. */
+static void check_main(json_t *main, json_t *orig, const struct sbx_ports *pp, json_t *entry)
 {
     json_t *cmd = json_object_get(main, "command");
     json_t *ucmd = json_object_get(orig, "command"), *uargs = json_object_get(orig, "args");
+    if (json_array_size(ucmd) == 0 && entry)
+        ucmd = entry;
     size_t nu = json_array_size(ucmd) + json_array_size(uargs);
 
     CHECK(json_array_size(cmd) >= 2 && !strcmp(str_at(cmd, 0) ?: "", SBX_BIN_DIR "/sandboxd") &&
@@ -181,12 +186,19 @@ static void check_pod(json_t *sb, const struct sbx_inject_opts *o)
     char hash[9], secret[300];
     const char *name = sbx_meta_str(sb, "name"), *ns = sbx_meta_str(sb, "namespace");
     int r = sbx_sandbox_pod(sb, o, &pod, &err);
+    json_t *entry = NULL;
+    struct sbx_error eerr = {0};
+    int er = sbx_pod_entrypoint(
+        json_object_get(json_object_get(json_object_get(sb, "spec"), "podTemplate"), "metadata"),
+        &entry, &eerr);
 
     if (r < 0) {
         check_refusal(r, &err, "pod");
         CHECK(r == -EINVAL, "pod: %s", err.msg);
+        json_decref(entry);
         return;
     }
+    CHECK(er == 0, "a pod built with a bad entrypoint annotation: %s", eerr.msg);
     json_t *spec = json_object_get(pod, "spec"), *md = json_object_get(pod, "metadata");
     sbx_name_hash(name, hash);
     const char *pns = json_string_value(json_object_get(md, "namespace"));
@@ -215,7 +227,8 @@ static void check_pod(json_t *sb, const struct sbx_inject_opts *o)
                pp.rest == pp.grpc - SBX_ALT_GRPC_PORT + SBX_ALT_REST_PORT),
           "ports %d and %d from nowhere", pp.grpc, pp.rest);
     check_main(json_array_get(json_object_get(spec, "containers"), 0),
-               json_array_get(json_object_get(tspec, "containers"), 0), &pp);
+               json_array_get(json_object_get(tspec, "containers"), 0), &pp, entry);
+    json_decref(entry);
     json_t *vols = json_object_get(spec, "volumes"), *vol;
     size_t i;
     CHECK(count_named(vols, "name", SBX_BIN_VOLUME) == 1 &&

@@ -118,6 +118,16 @@ objects = {
         {'metadata': {'name': 'x'}, 'spec': {}}]}), tmpl({'containers': [main]},
         volumeClaimTemplatesPolicy='Overrides', volumeClaimTemplates=[
             {'metadata': {'name': 'w'}, 'spec': {}}])]),
+    'sandbox_entrypoint': (SANDBOX, sandbox({'containers': [{'name': 'm', 'image': 'x',
+                                                            'args': ['-v']}]}) | {'spec': {
+        'podTemplate': {'metadata': {'annotations': {'sandboxd.dev/entrypoint': '["/init", "a"]'}},
+                        'spec': {'containers': [{'name': 'm', 'image': 'x', 'args': ['-v']}]}}}}),
+    'sandbox_entrypoint_bad': (SANDBOX, sandbox({'containers': [main]}) | {'spec': {
+        'podTemplate': {'metadata': {'annotations': {'sandboxd.dev/entrypoint': '["/init", 1]'}},
+                        'spec': {'containers': [main]}}}}),
+    'sandbox_entrypoint_with_command': (SANDBOX, sandbox({'containers': [main]}) | {'spec': {
+        'podTemplate': {'metadata': {'annotations': {'sandboxd.dev/entrypoint': '["/init"]'}},
+                        'spec': {'containers': [main]}}}}),
 }
 for name, (mode, obj) in objects.items():
     write('ctl_objects', name, bytes([mode]) + json.dumps(obj).encode())

@@ -344,11 +344,34 @@ static json_t *sandboxd_argv(const struct sbx_ports *ports)
     return cmd;
 }
 
+int sbx_pod_entrypoint(json_t *tmeta, json_t **ret, struct sbx_error *err)
+{
+    const char *v = json_string_value(
+        json_object_get(json_object_get(tmeta, "annotations"), SBX_ANNOT_ENTRYPOINT));
+    json_t *e;
+    size_t i;
+
+    *ret = NULL;
+    if (!v)
+        return 0;
+    json_auto_t *list = json_loads(v, JSON_REJECT_DUPLICATES, NULL);
+    bool ok = json_is_array(list) && json_array_size(list) > 0;
+    json_array_foreach(list, i, e) ok = ok && json_is_string(e);
+    if (!ok)
+        return sbx_error_set(err, EINVAL,
+                             "spec.podTemplate.metadata.annotations[%s]: not a JSON list of "
+                             "strings",
+                             SBX_ANNOT_ENTRYPOINT);
+    *ret = TAKE_PTR(list);
+    return 0;
+}
+
 /* The main container runs sandboxd, which runs the original command. Without a command the
- * image's entrypoint is unknown here: sandboxd serves alone, and args (if any) become the
- * command it starts. */
+ * image's entrypoint is unknown here unless the pod template's annotation gives it (entry): then
+ * that, with the args; else sandboxd serves alone, and args (if any) become the command it
+ * starts. */
 static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct sbx_ports *ports,
-                       struct sbx_error *err)
+                       json_t *entry, struct sbx_error *err)
 {
     json_t *cmd, *user_cmd = json_object_get(c, "command"), *args = json_object_get(c, "args");
     size_t n;
@@ -361,8 +384,10 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
     if (!(cmd = sandboxd_argv(ports)))
         return sbx_error_set(err, ENOMEM, "pod");
     n = json_array_size(cmd);
-    if (json_is_array(user_cmd))
+    if (json_array_size(user_cmd) > 0)
         json_array_extend(cmd, user_cmd);
+    else if (entry)
+        json_array_extend(cmd, entry);
     if (json_is_array(args))
         json_array_extend(cmd, args);
     if (json_array_size(cmd) == n)
@@ -390,7 +415,7 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
     return 0;
 }
 
-static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts *o,
+static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts *o, json_t *entry,
                   struct sbx_error *err)
 {
     json_t *containers = json_object_get(spec, "containers");
@@ -409,7 +434,7 @@ static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec.initContainers: %s is taken",
                              SBX_INJECTOR_NAME);
     if ((r = sbx_pod_ports(spec, o, &ports, err)) < 0 ||
-        (r = inject_main(json_array_get(containers, 0), o, &ports, err)) < 0)
+        (r = inject_main(json_array_get(containers, 0), o, &ports, entry, err)) < 0)
         return r;
     if (append(spec, "volumes", json_pack("{s:s, s:{}}", "name", SBX_BIN_VOLUME, "emptyDir")) < 0 ||
         append(spec, "volumes",
@@ -446,7 +471,10 @@ int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **r
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec is missing");
     if (!meta || !sbx_token_secret_name(meta_str(sandbox, "name"), secret, sizeof(secret)))
         return sbx_error_set(err, ENOMEM, "pod");
-    if ((r = claim_volumes(spec, sandbox, err)) < 0 || (r = inject(spec, secret, o, err)) < 0)
+    json_auto_t *entry = NULL;
+    if ((r = sbx_pod_entrypoint(tmeta, &entry, err)) < 0 ||
+        (r = claim_volumes(spec, sandbox, err)) < 0 ||
+        (r = inject(spec, secret, o, entry, err)) < 0)
         return r;
     /* A runtime class only when the template names one; a null or empty one would run the pod
      * under the node's default runtime instead of ours. */

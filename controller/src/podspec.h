@@ -16,6 +16,10 @@
 #define SBX_TOKEN_KEY     "token"
 #define SBX_INJECTOR_NAME "sandboxd-injector"
 
+/* The pod template annotation that gives the image's entrypoint (a JSON list of strings), for a
+ * main container without a command: sandboxd then runs it with the container's args. */
+#define SBX_ANNOT_ENTRYPOINT "sandboxd.dev/entrypoint"
+
 /* sandboxd's own defaults for --grpc-port and --rest-port: the injected command names the ports
  * only when they differ. */
 #define SBX_SANDBOXD_GRPC_PORT 9090
@@ -50,6 +54,11 @@ struct sbx_ports {
  * port SBX_GRPC_PORT_NAME or SBX_REST_PORT_NAME, or when no pair is left. */
 int sbx_pod_ports(json_t *spec, const struct sbx_inject_opts *o, struct sbx_ports *ret,
                   struct sbx_error *err);
+
+/* The entrypoint the pod template metadata tmeta's SBX_ANNOT_ENTRYPOINT annotation gives: *ret a
+ * new list of strings, NULL when there is none. -EINVAL when it is not a non-empty JSON list of
+ * strings. */
+int sbx_pod_entrypoint(json_t *tmeta, json_t **ret, struct sbx_error *err);
 
 /* The value of the SBX_LABEL_HASH label for a sandbox name (8 hex digits, FNV-1a). */
 void sbx_name_hash(const char *name, char buf[9]);

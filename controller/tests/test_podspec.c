@@ -143,6 +143,54 @@ static void ports(void)
             "our port name in an init container");
 }
 
+/* The command after "--" in the pod of a sandbox whose pod template has this annotation value
+ * and main container (JSON), joined by spaces; "" when the pod is refused. */
+static void entry_cmd(const char *annot, const char *main, char *out, size_t size)
+{
+    struct sbx_error err = {0};
+    json_t *sb = sandbox_of("{\"containers\":[]}"), *pod = NULL, *e;
+    json_t *pt = path(sb, "spec.podTemplate");
+    size_t i, n = 0;
+    bool after = false;
+
+    json_array_append_new(path(pt, "spec.containers"), json_loads(main, 0, NULL));
+    json_object_set_new(pt, "metadata",
+                        json_pack("{s:{s:s}}", "annotations", SBX_ANNOT_ENTRYPOINT, annot));
+    out[0] = '\0';
+    if (sbx_sandbox_pod(sb, &opts, &pod, &err) == 0) {
+        json_array_foreach(path(pod, "spec.containers.0.command"), i, e)
+        {
+            if (after)
+                n +=
+                    (size_t)snprintf(out + n, size - n, "%s%s", n ? " " : "", json_string_value(e));
+            after = after || !strcmp(json_string_value(e), "--");
+        }
+        if (!after)
+            snprintf(out, size, "(sandboxd alone)");
+    }
+    json_decref(pod);
+    json_decref(sb);
+}
+
+static void entrypoint(void)
+{
+    char cmd[256];
+
+    entry_cmd("[\"/init\", \"-x\"]", "{\"name\":\"m\",\"image\":\"i\",\"args\":[\"a\"]}", cmd,
+              sizeof(cmd));
+    ok(!strcmp(cmd, "/init -x a"), "no command: the annotation's entrypoint, then args (%s)", cmd);
+    entry_cmd("[\"/init\"]", "{\"name\":\"m\",\"image\":\"i\",\"command\":[],\"args\":[\"a\"]}",
+              cmd, sizeof(cmd));
+    ok(!strcmp(cmd, "/init a"), "an empty command is none (%s)", cmd);
+    entry_cmd("[\"/init\"]", "{\"name\":\"m\",\"image\":\"i\",\"command\":[\"run\"]}", cmd,
+              sizeof(cmd));
+    ok(!strcmp(cmd, "run"), "a command wins over the annotation, as over ENTRYPOINT (%s)", cmd);
+    entry_cmd("[\"/init\", 2]", "{\"name\":\"m\",\"image\":\"i\"}", cmd, sizeof(cmd));
+    ok(!strcmp(cmd, ""), "not a list of strings: refused");
+    entry_cmd("[]", "{\"name\":\"m\",\"image\":\"i\"}", cmd, sizeof(cmd));
+    ok(!strcmp(cmd, ""), "an empty list: refused");
+}
+
 int main(void)
 {
     struct sbx_error err = {0};
@@ -210,5 +258,6 @@ int main(void)
     ok(fits, "secret name of a long sandbox name fits (%zu)", strlen(name));
     json_decref(sb);
     ports();
+    entrypoint();
     return done_testing();
 }

@@ -182,6 +182,26 @@ def test_template_choices_win(cluster, namespace, controller):
         "/.sandboxd/sandboxd", "--token-file=/var/run/sandboxd/token"]
 
 
+def test_entrypoint_from_the_annotation(cluster, namespace, controller):
+    """A main container without a command runs the entrypoint the pod template's annotation
+    sandboxd.dev/entrypoint gives (the image's, which nothing here resolves from a registry),
+    with its args; a malformed one is refused as InvalidSpec."""
+    k = cluster.admin
+    main = {"name": "main", "image": "python:3.12", "args": ["-m", "http.server"]}
+    obj = sandbox("entry", namespace, pod_spec={"containers": [main]})
+    obj["spec"]["podTemplate"]["metadata"]["annotations"] = {
+        "sandboxd.dev/entrypoint": '["python3"]'}
+    k.create(obj)
+    wait_ready(k, namespace, "entry", "True")
+    cmd = k.get("v1", "Pod", namespace, "entry")["spec"]["containers"][0]["command"]
+    assert cmd[cmd.index("--") + 1:] == ["python3", "-m", "http.server"]
+    obj = sandbox("entrybad", namespace, pod_spec={"containers": [main]})
+    obj["spec"]["podTemplate"]["metadata"]["annotations"] = {"sandboxd.dev/entrypoint": "python3"}
+    k.create(obj)
+    c = wait_ready(k, namespace, "entrybad", "False", "InvalidSpec")
+    assert "sandboxd.dev/entrypoint" in c["message"]
+
+
 def test_invalid_template_reported(cluster, namespace, controller):
     k = cluster.admin
     k.create(sandbox("clash", namespace, pod_spec={
