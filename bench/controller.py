@@ -18,6 +18,9 @@ Figures:
   writes          claim writes per claim (the controller's counter) and every API write of the
                   controller during the claims (refills included), per claim; 429s
   RSS, CPU        the controller's VmRSS and utime+stime from /proc
+  PVC             a second pool of P sandboxes whose template has a volumeClaimTemplate (each
+                  claim bound to a hostPath PersistentVolume by kube-controller-manager's binder
+                  before its sandbox is Ready), and Q claims on it one at a time: warm claim p50
   10k             M Sandboxes with operatingMode Suspended (no Pod each: kwok and the scheduler stay
                   idle, so 2 cores cope), listed by a freshly started controller: RSS once its queue
                   is empty; with --baseline-bin, the same for another controller build
@@ -241,8 +244,8 @@ def fill_pool(args, k, ns, ctrl):
     return fill_s
 
 
-def refilled(k, ns, n):
-    wait_until(lambda: k.get(EXT, "SandboxWarmPool", ns, "bench").get("status", {})
+def refilled(k, ns, n, name="bench"):
+    wait_until(lambda: k.get(EXT, "SandboxWarmPool", ns, name).get("status", {})
                .get("readyReplicas") == n, 900, interval=1, what=f"{n} ready")
 
 
@@ -251,7 +254,7 @@ class Round:
     before sending the next: latencies, wall time, the controller's counters and CPU around it,
     and the API write floor measured 20 times a second meanwhile."""
 
-    def __init__(self, cluster, ctrl, ns, prefix, n, clients):
+    def __init__(self, cluster, ctrl, ns, prefix, n, clients, pool_name="bench"):
         k = cluster.admin
         floor = Floor(cluster, ns, f"floor-{prefix}")
         floor.start()
@@ -270,7 +273,7 @@ class Round:
             t0 = time.monotonic()
             local.c.request("POST", CLAIMS_PATH.format(ns=ns), {
                 "apiVersion": EXT, "kind": "SandboxClaim", "metadata": {"name": name},
-                "spec": {"warmPoolRef": {"name": "bench"}}})
+                "spec": {"warmPoolRef": {"name": pool_name}}})
             self.lat.append(watch.wait(name, 300) - t0)
         t = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(clients) as ex:
@@ -352,6 +355,30 @@ def claims_phase(args, cluster, ctrl):
     return rows
 
 
+def pvc_phase(args, cluster, ctrl):
+    """A pool whose template has a volumeClaimTemplate (each warm sandbox's claim bound to a
+    hostPath PersistentVolume before it is Ready), then claims one at a time: their rows."""
+    k, ns, cls = cluster.admin, "bench", "bench-pvc"
+    d = Path(tempfile.mkdtemp(prefix="sbx-bench-pv-"))
+    for i in range(args.pvc_pool + args.pvc_claims + 2):
+        (d / f"v{i}").mkdir()
+        k.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"bench-{i}"},
+                  "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                           "storageClassName": cls, "persistentVolumeReclaimPolicy": "Retain",
+                           "hostPath": {"path": str(d / f"v{i}"), "type": "Directory"}}})
+    template(k, ns, "tpl-pvc", volumeClaimTemplates=[{
+        "metadata": {"name": "workspace"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": cls,
+                 "resources": {"requests": {"storage": "1Gi"}}}}])
+    pool(k, ns, "bench-pvc", args.pvc_pool, tpl="tpl-pvc")
+    refilled(k, ns, args.pvc_pool, "bench-pvc")
+    settle(ctrl, 300)
+    one = Round(cluster, ctrl, ns, "p", args.pvc_claims, 1, pool_name="bench-pvc")
+    shutil.rmtree(d, ignore_errors=True)
+    return one.rows(f"one client at a time, a template with a PVC (pool of {args.pvc_pool})",
+                    0)[:4]
+
+
 def run(args, cluster):
     k = cluster.admin
     for ns in ("bench", "idle"):
@@ -370,6 +397,8 @@ def run(args, cluster):
                        what="controller ready")
             rows += claims_phase(args, cluster, ctrl)
             settle(ctrl, 600)
+            if args.pvc_pool and args.pvc_claims:
+                rows += pvc_phase(args, cluster, ctrl)
         finally:
             ctrl.stop()
     if not args.idle:
@@ -421,6 +450,9 @@ def main():
     ap.add_argument("--serial", type=int, default=100, help="claims sent one at a time")
     ap.add_argument("--claims", type=int, default=500, help="claims sent by --concurrency clients")
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--pvc-pool", type=int, default=20,
+                    help="a pool whose template has a volumeClaimTemplate (0: none)")
+    ap.add_argument("--pvc-claims", type=int, default=20, help="claims on it, one at a time")
     ap.add_argument("--idle", type=int, default=10000, help="Suspended Sandboxes for the RSS case")
     ap.add_argument("--qps", type=float, default=500)
     ap.add_argument("--burst", type=int, default=1000)

@@ -31,7 +31,7 @@ mkdir -p "$BUILD"
 RUN=$OUT/controller-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$RUN"
 
-for b in etcd kube-apiserver kube-scheduler kwok; do
+for b in etcd kube-apiserver kube-scheduler kube-controller-manager kwok; do
   [ -x "$SANDBOXD_TOOLS/$b" ] || { "$REPO/scripts/k8s-tools.sh"; break; }
 done
 
