@@ -18,7 +18,8 @@
 #define SBX_LABEL_ADOPTABLE "agents.x-k8s.io/adoptable"
 
 /* Takes an existing claim without a controller, as the reference: with the sandbox's label or
- * the adoptable label; one merge patch appends our controller reference. */
+ * the adoptable label; one merge patch appends our controller reference and puts the sandbox's
+ * label on (the claims' informer selects by it). */
 static int adopt(struct sbx_ctrl *c, json_t *sb, json_t *pvc, const char *ns, struct sbx_error *err)
 {
     json_t *labels = json_object_get(json_object_get(pvc, "metadata"), "labels");
@@ -34,9 +35,10 @@ static int adopt(struct sbx_ctrl *c, json_t *sb, json_t *pvc, const char *ns, st
                              "label %s=%s nor %s=true",
                              name, SBX_LABEL_HASH, hash, SBX_LABEL_ADOPTABLE);
     json_t *refs = json_object_get(json_object_get(pvc, "metadata"), "ownerReferences");
-    json_auto_t *patch = json_pack("{s:{s:s?, s:o}}", "metadata", "resourceVersion",
+    json_auto_t *patch = json_pack("{s:{s:s?, s:o, s:{s:s}}}", "metadata", "resourceVersion",
                                    sbx_meta_str(pvc, "resourceVersion"), "ownerReferences",
-                                   json_is_array(refs) ? json_deep_copy(refs) : json_array());
+                                   json_is_array(refs) ? json_deep_copy(refs) : json_array(),
+                                   "labels", SBX_LABEL_HASH, hash);
     json_t *list = json_object_get(json_object_get(patch, "metadata"), "ownerReferences");
     if (!patch || json_array_append_new(list, sbx_owner_ref(sb)) < 0)
         return sbx_error_set(err, ENOMEM, "patch");
@@ -49,6 +51,36 @@ static int adopt(struct sbx_ctrl *c, json_t *sb, json_t *pvc, const char *ns, st
     log_info("sandbox \"%s/%s\" adopted PersistentVolumeClaim \"%s\"", ns, sbx_meta_str(sb, "name"),
              name);
     return 0;
+}
+
+/* An existing claim of the sandbox's: ours already, adopted, or refused. */
+static int take(struct sbx_ctrl *c, json_t *sb, json_t *pvc, const char *ns, struct sbx_error *err)
+{
+    if (!sbx_controller_ref(pvc))
+        return adopt(c, sb, pvc, ns, err);
+    if (!sbx_controlled_by(pvc, "Sandbox", sbx_meta_str(sb, "uid")))
+        return sbx_error_set(err, EEXIST,
+                             "PersistentVolumeClaim \"%s\" exists and is not this sandbox's",
+                             sbx_meta_str(pvc, "name"));
+    return 0;
+}
+
+/* A claim there already that the cache does not hold (it lacks the sandbox's label, or the
+ * cache lags): read from the API server and taken as a cached one would be. */
+static int take_uncached(struct sbx_ctrl *c, json_t *sb, const char *ns, const char *name,
+                         struct sbx_error *err)
+{
+    json_auto_t *pvc = NULL;
+    char path[700];
+    long status;
+    int r;
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims/%s", ns, name);
+    if ((r = sbx_kube_request(c->kube, "GET", path, NULL, NULL, &status, &pvc, err)) < 0)
+        return r;
+    if (status != 200) /* gone again: the next reconcile makes it */
+        return sbx_error_set(err, EAGAIN, "GET %s: HTTP %ld", path, status);
+    return take(c, sb, pvc, ns, err);
 }
 
 /* Makes the claim of template number i, from the whole Sandbox (fetched once, on the first
@@ -72,6 +104,8 @@ static int create(struct sbx_ctrl *c, json_t *sb, size_t i, const char *ns, json
     if (r == 1)
         log_info("sandbox \"%s/%s\": created PersistentVolumeClaim \"%s\"", ns,
                  sbx_meta_str(sb, "name"), sbx_meta_str(pvc, "name"));
+    if (r == 0)
+        r = take_uncached(c, sb, ns, sbx_meta_str(pvc, "name"), err);
     return r < 0 ? r : 0;
 }
 
@@ -80,7 +114,6 @@ int sbx_sandbox_volumes(struct sbx_ctrl *c, json_t *sb, const char *ns, struct s
 {
     json_t *vcts = json_object_get(json_object_get(sb, "spec"), "volumeClaimTemplates"), *v;
     json_auto_t *whole = NULL;
-    const char *uid = sbx_meta_str(sb, "uid");
     char name[300], key[600];
     size_t i;
     int r;
@@ -102,12 +135,8 @@ int sbx_sandbox_volumes(struct sbx_ctrl *c, json_t *sb, const char *ns, struct s
         if (!pvc) {
             if ((r = create(c, sb, i, ns, &whole, err)) != 0)
                 return r < 0 ? r : 0;
-        } else if (!sbx_controller_ref(pvc)) {
-            if ((r = adopt(c, sb, pvc, ns, err)) < 0)
-                return r;
-        } else if (!sbx_controlled_by(pvc, "Sandbox", uid)) {
-            return sbx_error_set(
-                err, EEXIST, "PersistentVolumeClaim \"%s\" exists and is not this sandbox's", name);
+        } else if ((r = take(c, sb, pvc, ns, err)) < 0) {
+            return r;
         }
         if (pvc)
             phase = json_string_value(json_object_get(json_object_get(pvc, "status"), "phase"))

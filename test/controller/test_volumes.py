@@ -220,6 +220,46 @@ def test_claim_volume_templates_follow_the_policy(cluster, namespace, controller
     assert not owned_by(k, namespace, "SandboxClaim", "c3")
 
 
+def test_existing_claim_adopted_only_with_the_reference_labels(cluster, namespace, controller):
+    """A claim of the sandbox's name made beforehand, without a controller, is adopted when it
+    carries the sandbox's label or agents.x-k8s.io/adoptable=true (the same object, now owned by
+    the Sandbox); one without either label is left alone and the sandbox gets no Pod."""
+    k = cluster.admin
+    pre = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "workspace-adopt", "namespace": namespace,
+                        "labels": {"agents.x-k8s.io/sandbox-name-hash": name_hash("adopt")}},
+           "spec": vct()["spec"]}
+    uid = k.create(pre)["metadata"]["uid"]
+    k.create(sandbox("adopt", namespace, pod_spec=pod_spec(), volumeClaimTemplates=[vct()]))
+    sb_uid = k.get(*SB, namespace, "adopt")["metadata"]["uid"]
+    pvc = wait_until(lambda: (lambda p: p if controller_of(p) else None)(
+        k.get(*PVC, namespace, "workspace-adopt")), WAIT, what="claim adopted")
+    assert pvc["metadata"]["uid"] == uid and controller_of(pvc)["uid"] == sb_uid
+    wait_until(lambda: k.find("v1", "Pod", namespace, "adopt"), WAIT, what="pod made")
+
+    # Only the pool authorization label: not in the controller's cache (which selects by the
+    # sandbox label), found when its create is refused as existing, adopted and labelled.
+    k.create(dict(pre, metadata={"name": "workspace-optin", "namespace": namespace,
+                                 "labels": {"agents.x-k8s.io/adoptable": "true"}}))
+    k.create(sandbox("optin", namespace, pod_spec=pod_spec(), volumeClaimTemplates=[vct()]))
+    pvc = wait_until(lambda: (lambda p: p if controller_of(p) else None)(
+        k.get(*PVC, namespace, "workspace-optin")), WAIT, what="opted-in claim adopted")
+    assert controller_of(pvc)["name"] == "optin"
+    assert pvc["metadata"]["labels"]["agents.x-k8s.io/sandbox-name-hash"] == name_hash("optin")
+
+    k.create(dict(pre, metadata={"name": "workspace-foreign", "namespace": namespace}))
+    k.create(sandbox("foreign", namespace, pod_spec=pod_spec(), volumeClaimTemplates=[vct()]))
+    # Sandboxes are reconciled one after another per key; a later one made and running shows
+    # the controller has passed over "foreign".
+    k.create(sandbox("later", namespace))
+    wait_ready(k, namespace, "later", "True")
+    wait_until(lambda: "not this sandbox's" in controller.log.read_text(errors="replace") or
+               "has no controller" in controller.log.read_text(errors="replace"),
+               WAIT, what="the refusal logged")
+    assert controller_of(k.get(*PVC, namespace, "workspace-foreign")) is None
+    assert k.find("v1", "Pod", namespace, "foreign") is None
+
+
 def test_controller_may_make_claims_and_not_delete_them(cluster, namespace):
     """The controller's rights (the manifests' role, which it runs with): claims are listed,
     watched and made; deleting them is the garbage collector's."""
