@@ -284,10 +284,33 @@ static void drop(json_t **pod, json_t **svc)
     *pod = *svc = NULL;
 }
 
+/* Writes the status rd and the pod and service make when it differs from the cached one. */
+static int write_status(struct sbx_ctrl *c, const char *key, json_t *sb, json_t *pod, json_t *svc,
+                        const struct ready *rd, struct sbx_error *err)
+{
+    json_auto_t *st = desired_status(c, sb, pod, svc, rd);
+    json_t *old = json_object_get(sb, "status");
+    uint64_t rv = 0;
+    char qk[700];
+
+    if (!st)
+        return sbx_error_set(err, ENOMEM, "status");
+    snprintf(qk, sizeof(qk), "sandbox:%s", key);
+    if (json_equal(old, st) || sbx_ctrl_cache_behind(c, qk, sb) || hold_write(c, key, old, st))
+        return 0;
+    int r = sbx_api_update_status(c->kube, SBX_API_VERSION, sbx_meta_str(sb, "namespace"),
+                                  "sandboxes", sbx_meta_str(sb, "name"), old, st, &rv, err);
+    if (r > 0) {
+        atomic_fetch_add(&c->sandbox_status_writes, 1);
+        sbx_ctrl_wrote(c, qk, rv);
+    }
+    return r < 0 ? r : 0;
+}
+
 static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *sb = sbx_informer_get(c->sandboxes, key);
-    json_auto_t *pod = NULL, *svc = NULL, *st = NULL;
+    json_auto_t *pod = NULL, *svc = NULL;
     struct ready rd;
     struct sbx_volumes vol;
     char ns[300], path[700];
@@ -330,8 +353,8 @@ static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_err
         r = sbx_sandbox_volumes(c, sb, ns, &vol, err);
         if (r >= 0)
             r = ensure_running(c, sb, pod, svc, ns, err);
-        if (r == -EINVAL) { /* the spec cannot be run as it is: say so, do not retry */
-            rd = (struct ready){"False", "InvalidSpec", ""};
+        if (r == -EINVAL || r == -EEXIST) { /* the spec cannot be run as it is: say so */
+            rd = (struct ready){"False", r == -EINVAL ? "InvalidSpec" : "VolumeClaimConflict", ""};
             snprintf(rd.message, sizeof(rd.message), "%s", err->msg);
         } else if (r < 0) {
             return r;
@@ -340,20 +363,11 @@ static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_err
             volumes_ready(&vol, &rd);
         }
     }
-    if (!(st = desired_status(c, sb, pod, svc, &rd)))
-        return sbx_error_set(err, ENOMEM, "status");
-    json_t *old = json_object_get(sb, "status");
-    uint64_t rv = 0;
-    char qk[700];
-    snprintf(qk, sizeof(qk), "sandbox:%s", key);
-    if (json_equal(old, st) || sbx_ctrl_cache_behind(c, qk, sb) || hold_write(c, key, old, st))
-        return 0;
-    r = sbx_api_update_status(c->kube, SBX_API_VERSION, ns, "sandboxes", name, old, st, &rv, err);
-    if (r > 0) {
-        atomic_fetch_add(&c->sandbox_status_writes, 1);
-        sbx_ctrl_wrote(c, qk, rv);
-    }
-    return r < 0 ? r : 0;
+    r = write_status(c, key, sb, pod, svc, &rd, err);
+    /* A claim in the way: said, and looked at again (it may go; no event of it reaches us). */
+    if (r >= 0 && !strcmp(rd.reason, "VolumeClaimConflict"))
+        return sbx_error_set(err, EEXIST, "%s", rd.message);
+    return r;
 }
 
 const struct sbx_reconciler sbx_sandbox_reconciler = {.kind = "sandbox",

@@ -223,7 +223,8 @@ def test_claim_volume_templates_follow_the_policy(cluster, namespace, controller
 def test_existing_claim_adopted_only_with_the_reference_labels(cluster, namespace, controller):
     """A claim of the sandbox's name made beforehand, without a controller, is adopted when it
     carries the sandbox's label or agents.x-k8s.io/adoptable=true (the same object, now owned by
-    the Sandbox); one without either label is left alone and the sandbox gets no Pod."""
+    the Sandbox); one without either label is left alone, the sandbox gets no Pod and says why
+    (VolumeClaimConflict)."""
     k = cluster.admin
     pre = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
            "metadata": {"name": "workspace-adopt", "namespace": namespace,
@@ -249,13 +250,8 @@ def test_existing_claim_adopted_only_with_the_reference_labels(cluster, namespac
 
     k.create(dict(pre, metadata={"name": "workspace-foreign", "namespace": namespace}))
     k.create(sandbox("foreign", namespace, pod_spec=pod_spec(), volumeClaimTemplates=[vct()]))
-    # Sandboxes are reconciled one after another per key; a later one made and running shows
-    # the controller has passed over "foreign".
-    k.create(sandbox("later", namespace))
-    wait_ready(k, namespace, "later", "True")
-    wait_until(lambda: "not this sandbox's" in controller.log.read_text(errors="replace") or
-               "has no controller" in controller.log.read_text(errors="replace"),
-               WAIT, what="the refusal logged")
+    c = wait_ready(k, namespace, "foreign", "False", "VolumeClaimConflict")
+    assert "workspace-foreign" in c["message"] and "agents.x-k8s.io/adoptable" in c["message"]
     assert controller_of(k.get(*PVC, namespace, "workspace-foreign")) is None
     assert k.find("v1", "Pod", namespace, "foreign") is None
 
