@@ -225,25 +225,32 @@ static int watch_dir(struct fs_watch *w, int fd, const char *path, bool *known,
     return 0;
 }
 
+/* Directories to visit; announce: log the directory's own create if it turns out not to be
+ * watched yet (one found beneath a directory watched already: made while it was moved). */
 struct queue {
     char **v;
+    bool *announce;
     size_t head, n, cap;
 };
 
-static int queue_push(struct queue *q, char *p)
+static int queue_push(struct queue *q, char *p, bool announce)
 {
     if (!p)
         return -ENOMEM;
     if (q->n == q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 16;
         char **v = realloc(q->v, cap * sizeof(*v));
-        if (!v) {
+        bool *a = v ? realloc(q->announce, cap * sizeof(*a)) : NULL;
+        if (v)
+            q->v = v;
+        if (!a) {
             free(p);
             return -ENOMEM;
         }
-        q->v = v;
+        q->announce = a;
         q->cap = cap;
     }
+    q->announce[q->n] = announce;
     q->v[q->n++] = p;
     return 0;
 }
@@ -253,6 +260,7 @@ static void queue_free(struct queue *q)
     for (size_t i = q->head; i < q->n; i++)
         free(q->v[i]);
     free(q->v);
+    free(q->announce);
 }
 
 static bool entry_is_dir(DIR *d, const struct dirent *de)
@@ -265,8 +273,9 @@ static bool entry_is_dir(DIR *d, const struct dirent *de)
 }
 
 /* Lists directory fd (taken) at path: logs a create per entry when emit, queues the
- * directories to watch. */
-static int scan_dir(struct fs_watch *w, int fd, const char *path, bool emit, struct queue *q)
+ * directories to watch (to be announced if new when announce). */
+static int scan_dir(struct fs_watch *w, int fd, const char *path, bool emit, bool announce,
+                    struct queue *q)
 {
     DIR *d = fdopendir(fd);
     struct dirent *de;
@@ -290,7 +299,7 @@ static int scan_dir(struct fs_watch *w, int fd, const char *path, bool emit, str
         if (emit)
             sbx_fsw_append(w, SBX_FSEV_CREATE, isdir, strdup(child), NULL);
         if (isdir && w->recursive && !sbx_fsw_excluded(w, child))
-            r = queue_push(q, child);
+            r = queue_push(q, child, announce);
         else
             free(child);
     }
@@ -298,14 +307,16 @@ static int scan_dir(struct fs_watch *w, int fd, const char *path, bool emit, str
     return r;
 }
 
+/* With emit, a directory watched already is walked too (not told again): one made beneath it
+ * while it was being moved, before its watch was added, is found and told. */
 int sbx_fsw_add_tree(struct fs_watch *w, const char *rel, bool emit, struct sbx_error *err)
 {
     struct queue q = {0};
-    int r = queue_push(&q, strdup(rel));
+    int r = queue_push(&q, strdup(rel), false);
 
     while (r == 0 && q.head < q.n) {
+        bool announce = q.announce[q.head], known;
         _cleanup_free_ char *path = q.v[q.head++];
-        bool known;
         int fd = sbx_fsw_open_dir(w->base_fd, path);
         if (fd < 0) {
             if (!path[0]) {
@@ -315,11 +326,13 @@ int sbx_fsw_add_tree(struct fs_watch *w, const char *rel, bool emit, struct sbx_
             continue; /* gone, or a symlink now: not followed */
         }
         r = watch_dir(w, fd, path, &known, err);
-        if (r < 0 || (known && emit) || !w->recursive) {
+        if (r == 0 && emit && announce && !known)
+            sbx_fsw_append(w, SBX_FSEV_CREATE, true, strdup(path), NULL);
+        if (r < 0 || !w->recursive) {
             close(fd);
             continue;
         }
-        r = scan_dir(w, fd, path, emit, &q);
+        r = scan_dir(w, fd, path, emit && !known, emit && known, &q);
         if (r < 0)
             sbx_error_set(err, -r, "scan \"%s\"", path);
     }
@@ -364,7 +377,10 @@ static void moved_to(struct fs_watch *w, const struct inotify_event *ev, char *p
         w->have_pending = false;
         if (isdir && w->recursive && from)
             retarget(w, from, path);
-        sbx_fsw_append(w, SBX_FSEV_RENAME, isdir, path, from);
+        sbx_fsw_append(w, SBX_FSEV_RENAME, isdir, strdup(path), from);
+        if (isdir)
+            arrived(w, path); /* what was made in it before it was watched */
+        free(path);
         return;
     }
     sbx_fsw_append(w, SBX_FSEV_CREATE, isdir, strdup(path), NULL);
