@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	fpb "github.com/sandboxd/sandboxd/sdk/go/internal/filespb"
 	xpb "github.com/sandboxd/sandboxd/sdk/go/internal/processespb"
 	pb "github.com/sandboxd/sandboxd/sdk/go/internal/processpb"
 )
@@ -28,6 +29,7 @@ type Client struct {
 	conn    *grpc.ClientConn
 	proc    pb.ProcessServiceClient
 	jobs    xpb.ProcessesClient
+	files   fpb.FilesClient
 	http    *http.Client
 	base    string
 	token   string
@@ -122,7 +124,8 @@ func New(host string, opts ...Option) (*Client, error) {
 		hc = &http.Client{Transport: tr}
 	}
 	return &Client{
-		conn: conn, proc: pb.NewProcessServiceClient(conn), jobs: xpb.NewProcessesClient(conn), http: hc,
+		conn: conn, proc: pb.NewProcessServiceClient(conn), jobs: xpb.NewProcessesClient(conn),
+		files: fpb.NewFilesClient(conn), http: hc,
 		base: strings.TrimRight(base, "/"), token: cfg.token, timeout: cfg.timeout,
 	}, nil
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates internal/processpb and internal/processespb from the repository's proto/ with Debian's protoc and the
+# Regenerates internal/processpb, internal/processespb and internal/filespb from the repository's proto/ with Debian's protoc and the
 # pinned protoc-gen-go / protoc-gen-go-grpc (installed into $SANDBOXD_TOOLS by
 # scripts/setup.sh). With --check, generates into a temp dir and fails if the committed code
 # differs. The generated code is committed because a Go module is built from its source alone
@@ -30,8 +30,9 @@ generate() {
 }
 generate process/v1/process.proto processpb
 generate sandboxd/v1/processes.proto processespb
+generate sandboxd/v1/files.proto filespb
 if [ $check = 1 ]; then
-  for d in processpb processespb; do
+  for d in processpb processespb filespb; do
     diff -ru "$here/internal/$d" "$gen/$d" || {
       echo "sdk/go: internal/$d is stale; run sdk/go/gen.sh" >&2
       exit 1

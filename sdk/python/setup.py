@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
-PROTOS = ["process/v1/process.proto", "sandboxd/v1/processes.proto"]
+PROTOS = ["process/v1/process.proto", "sandboxd/v1/processes.proto", "sandboxd/v1/files.proto"]
 
 
 def proto_dir() -> Path:

@@ -37,6 +37,8 @@ commands:
   mkdir [-p] PATH      create a directory
   rm [-r] PATH         remove a path
   mv [-f] FROM TO      move a path within the sandbox
+  watch [-r] [--include G]... [--exclude G]... [--count N] [--resume ID --since N] [PATH]
+                       print changes beneath a directory as they come (a line each)
 
 processes that outlive sbx (sandboxd.v1.Processes):
   run [-i] [-t] [--tag T] [-e K=V]... [-w DIR] [--timeout D] [--grace D] [--seccomp P]
@@ -155,7 +157,7 @@ type command func(ctx context.Context, g *globals, args []string) error
 
 var commands = map[string]command{
 	"exec": cmdExec, "shell": cmdShell, "terminal": cmdTerminal, "cp": cmdCp, "ls": cmdLs, "stat": cmdStat,
-	"mkdir": cmdMkdir, "rm": cmdRm, "mv": cmdMv,
+	"mkdir": cmdMkdir, "rm": cmdRm, "mv": cmdMv, "watch": cmdWatch,
 	"run": cmdRun, "ps": cmdPs, "logs": cmdLogs, "attach": cmdAttach, "kill": cmdKill,
 	"wait": cmdWait, "claim": cmdClaim, "release": cmdRelease,
 }

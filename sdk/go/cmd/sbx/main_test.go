@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -388,5 +389,44 @@ func TestExecAndRunSeccomp(t *testing.T) {
 	}
 	if n := filters(sbx(t, "", "logs", id)); n != off {
 		t.Fatalf("run --seccomp off: %d filters, off: %d", n, off)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	dir := filepath.Join(d.Root, "watched")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	full := []string{"--grpc-port", strconv.Itoa(d.GRPCPort), "--rest-port", strconv.Itoa(d.RESTPort),
+		"watch", "-r", "--count", "2", "--output", "json", "watched"}
+	cmd := exec.Command(sbxBin, full...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	lines := bufio.NewScanner(stdout)
+	var got []string
+	for lines.Scan() {
+		v := jsonOf(t, lines.Text())
+		got = append(got, fmt.Sprintf("%v %v %v", v["seq"], v["kind"], v["path"]))
+		if len(got) == 1 { // ready: every directory is watched, changes from now on are seen
+			if err := os.Mkdir(filepath.Join(dir, "a"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "a", "f"), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v %q", err, got)
+	}
+	if want := []string{"0 ready <nil>", "1 create a", "2 create a/f"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q", got)
 	}
 }

@@ -20,7 +20,9 @@ from .errors import (ConflictError, FailedPreconditionError, InsufficientStorage
 from .processes import Attachment, Processes, SpawnedProcess
 from .terminal import Terminal
 from .types import (CommandResult, ExitDetail, ExitStatus, FileEntry, FileStat, Health,
-                    OutputChunk, OutputEvent, ProcessInfo, StreamOffsets, Truncated, UploadResult)
+                    OutputChunk, OutputEvent, ProcessInfo, StreamOffsets, Truncated, UploadResult,
+                    WatchEvent)
+from .watch import AsyncWatch, Watch
 
 __all__ = [
     "Sandbox", "Process", "Files", "errors", "SandboxError", "NotFoundError",
@@ -30,6 +32,7 @@ __all__ = [
     "InternalError", "ProcessExitError", "CommandResult", "ExitStatus", "FileEntry", "FileStat",
     "Health", "OutputEvent", "UploadResult", "Processes", "SpawnedProcess", "Attachment",
     "ExitDetail", "ProcessInfo", "StreamOffsets", "OutputChunk", "Truncated",
-    "OutputTruncatedWarning", "Terminal",
+    "OutputTruncatedWarning", "Terminal", "Watch",
+    "AsyncWatch", "WatchEvent",
 ]
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ import asyncio
 import os
 import weakref
 from pathlib import Path
-from typing import Any, AsyncIterator, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, List, Mapping, Optional, Sequence, Union
 
 import grpc
 import grpc.aio
@@ -16,12 +16,15 @@ import httpx
 from . import _common as c
 from . import _rest as rest
 from . import _rpc as rpc
+from . import _terminal
+from . import _watch
 from . import errors
 from ._common import Dest, Source
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
-from . import _terminal
+from ._gen.sandboxd.v1 import files_pb2_grpc as fpb_grpc
 from .aio_processes import AsyncProcesses
 from .aio_terminal import AsyncTerminal, open_terminal
+from .watch import AsyncWatch
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
 
@@ -40,7 +43,7 @@ class AsyncSandbox:
         self._channel = grpc.aio.insecure_channel(self.endpoint.grpc_target,
                                                   options=c.GRPC_OPTIONS)
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
-        self.files = AsyncFiles(self.endpoint)
+        self.files = AsyncFiles(self.endpoint, self._session, self._channel)
         self.processes = AsyncProcesses(self._session, self._channel)
         self._procs: "weakref.WeakSet[AsyncProcess]" = weakref.WeakSet()
         self._terms: "weakref.WeakSet[AsyncTerminal]" = weakref.WeakSet()
@@ -258,9 +261,22 @@ class AsyncProcess:
 class AsyncFiles:
     """See sandboxd.Files."""
 
-    def __init__(self, ep: c.Endpoint) -> None:
+    def __init__(self, ep: c.Endpoint, session: Optional[c.Session] = None,
+                 channel: Optional[grpc.aio.Channel] = None) -> None:
         self._ep = ep
         self._http = httpx.AsyncClient(**rest.client_options(ep))
+        self._session = session or c.Session(ep, "AsyncFiles")
+        self._watch_stub = fpb_grpc.FilesStub(channel) if channel is not None else None
+
+    def watch(self, path: str = "", *, recursive: bool = False, include: Sequence[str] = (),
+              exclude: Sequence[str] = (), watch_id: Optional[str] = None, since: int = 0,
+              rescan_interval: Optional[float] = None) -> AsyncWatch:
+        """See sandboxd.Files.watch: `async with sb.files.watch(...) as w: async for ev in w`."""
+        if self._watch_stub is None:
+            raise errors.UnimplementedError("watch needs the AsyncSandbox's gRPC channel")
+        self._session.check_open()
+        req = _watch.request(path, recursive, include, exclude, watch_id, since, rescan_interval)
+        return AsyncWatch(self._watch_stub.Watch(req, metadata=self._session.metadata()))
 
     async def close(self) -> None:
         await self._http.aclose()

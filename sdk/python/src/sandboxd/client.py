@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Iterator, List, Mapping, Optional, Union
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Union
 
 import grpc
 import httpx
@@ -17,12 +17,15 @@ import httpx
 from . import _common as c
 from . import _rest as rest
 from . import _rpc as rpc
+from . import _terminal
+from . import _watch
 from . import errors
 from ._common import Dest, Source
 from ._gen.process.v1 import process_pb2_grpc as pb_grpc
-from . import _terminal
+from ._gen.sandboxd.v1 import files_pb2_grpc as fpb_grpc
 from .processes import Processes
 from .terminal import Terminal
+from .watch import Watch
 from .types import (CommandResult, ExitStatus, FileEntry, FileStat, Health, OutputEvent,
                     UploadResult)
 
@@ -46,7 +49,7 @@ class Sandbox:
         self._session = c.Session(self.endpoint, "Sandbox")
         self._channel = grpc.insecure_channel(self.endpoint.grpc_target, options=c.GRPC_OPTIONS)
         self._stub = pb_grpc.ProcessServiceStub(self._channel)
-        self.files = Files(self.endpoint)
+        self.files = Files(self.endpoint, self._session, self._channel)
         self.processes = Processes(self._session, self._channel)
         self._procs: "weakref.WeakSet[Process]" = weakref.WeakSet()
         self._terms: "weakref.WeakSet[Terminal]" = weakref.WeakSet()
@@ -315,9 +318,12 @@ class Files:
     """The files of a sandbox, over its REST API. Paths are relative to the sandbox root (a
     leading "/" is the root). Transfers stream: memory stays flat whatever the size."""
 
-    def __init__(self, ep: c.Endpoint) -> None:
+    def __init__(self, ep: c.Endpoint, session: Optional[c.Session] = None,
+                 channel: Optional[grpc.Channel] = None) -> None:
         self._ep = ep
         self._http = httpx.Client(**rest.client_options(ep))
+        self._session = session or c.Session(ep, "Files")
+        self._watch_stub = fpb_grpc.FilesStub(channel) if channel is not None else None
 
     def close(self) -> None:
         self._http.close()
@@ -341,6 +347,22 @@ class Files:
         except httpx.TransportError as e:
             raise rest.transport_error(f"{req.method} {req.url}", e) from None
         return req.decode(r)
+
+    # -- watches (gRPC) ------------------------------------------------------------------------
+
+    def watch(self, path: str = "", *, recursive: bool = False, include: Sequence[str] = (),
+              exclude: Sequence[str] = (), watch_id: Optional[str] = None, since: int = 0,
+              rescan_interval: Optional[float] = None) -> Watch:
+        """Watches a directory (sandboxd.v1.Files/Watch): iterate the Watch for WatchEvents, the
+        first "ready" once every directory is watched. include/exclude are globs on the path
+        relative to the directory; watch_id and since resume a watch the daemon kept after its
+        last reader went (w.watch_id, w.last_seq); rescan_interval (seconds) adds a periodic
+        snapshot for changes inotify cannot see."""
+        if self._watch_stub is None:
+            raise errors.UnimplementedError("watch needs the Sandbox's gRPC channel")
+        self._session.check_open()
+        req = _watch.request(path, recursive, include, exclude, watch_id, since, rescan_interval)
+        return Watch(self._watch_stub.Watch(req, metadata=self._session.metadata()))
 
     # -- small calls ---------------------------------------------------------------------------
 

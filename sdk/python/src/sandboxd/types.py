@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 STDOUT = "stdout"
 STDERR = "stderr"
@@ -206,3 +206,23 @@ class Truncated:
     stream: str
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """A change beneath a watched directory (Files.watch). kind: "ready" (every directory is
+    watched; watch_id resumes the watch), "create", "write", "chmod", "remove", "rename"
+    (old_path -> path), "overflow" (the events numbered lost[0]..lost[1] were lost: list the
+    tree again). seq numbers a watch's events consecutively; path is relative to the watched
+    directory."""
+
+    seq: int
+    kind: str
+    path: str = ""
+    is_dir: bool = False
+    old_path: str = ""
+    lost: Optional[Tuple[int, int]] = None
+    reason: str = ""
+    watch_id: str = ""
+    resumed: bool = False
+    directories: int = 0
