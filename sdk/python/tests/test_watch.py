@@ -22,7 +22,7 @@ def until(it, kind, path):
 
 def test_watch_sync(sb, daemon, area):
     root = daemon.root / area
-    with sb.files.watch(area, recursive=True) as w:
+    with sb.files.watch(area, recursive=True, timeout=60) as w:
         it = iter(w)
         ready = next(it)
         assert ready.kind == "ready" and ready.seq == 0 and ready.watch_id == w.watch_id
@@ -37,7 +37,7 @@ def test_watch_sync(sb, daemon, area):
         assert ("create", "a/b/f") in [(e.kind, e.path) for e in evs]
         wid, last = w.watch_id, w.last_seq
     (root / "later").touch()  # while nobody reads: the daemon keeps the watch
-    with sb.files.watch(watch_id=wid, since=last) as w:
+    with sb.files.watch(watch_id=wid, since=last, timeout=60) as w:
         it = iter(w)
         ready = next(it)
         assert ready.resumed and ready.seq == last
@@ -58,7 +58,7 @@ def test_watch_errors(sb, daemon, area):
 async def test_watch_async(daemon, area):
     root = daemon.root / area
     async with AsyncSandbox(grpc_port=daemon.grpc_port, rest_port=daemon.rest_port) as asb:
-        async with asb.files.watch(area, include=["*.txt"]) as w:
+        async with asb.files.watch(area, include=["*.txt"], timeout=60) as w:
             it = w.__aiter__()
             assert (await it.__anext__()).kind == "ready"
             (root / "skip.bin").touch()

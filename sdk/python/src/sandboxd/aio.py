@@ -270,13 +270,15 @@ class AsyncFiles:
 
     def watch(self, path: str = "", *, recursive: bool = False, include: Sequence[str] = (),
               exclude: Sequence[str] = (), watch_id: Optional[str] = None, since: int = 0,
-              rescan_interval: Optional[float] = None) -> AsyncWatch:
+              rescan_interval: Optional[float] = None,
+              timeout: Optional[float] = None) -> AsyncWatch:
         """See sandboxd.Files.watch: `async with sb.files.watch(...) as w: async for ev in w`."""
         if self._watch_stub is None:
             raise errors.UnimplementedError("watch needs the AsyncSandbox's gRPC channel")
         self._session.check_open()
         req = _watch.request(path, recursive, include, exclude, watch_id, since, rescan_interval)
-        return AsyncWatch(self._watch_stub.Watch(req, metadata=self._session.metadata()))
+        return AsyncWatch(self._watch_stub.Watch(req, metadata=self._session.metadata(),
+                                                 timeout=timeout))
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -352,17 +352,18 @@ class Files:
 
     def watch(self, path: str = "", *, recursive: bool = False, include: Sequence[str] = (),
               exclude: Sequence[str] = (), watch_id: Optional[str] = None, since: int = 0,
-              rescan_interval: Optional[float] = None) -> Watch:
+              rescan_interval: Optional[float] = None, timeout: Optional[float] = None) -> Watch:
         """Watches a directory (sandboxd.v1.Files/Watch): iterate the Watch for WatchEvents, the
         first "ready" once every directory is watched. include/exclude are globs on the path
         relative to the directory; watch_id and since resume a watch the daemon kept after its
         last reader went (w.watch_id, w.last_seq); rescan_interval (seconds) adds a periodic
-        snapshot for changes inotify cannot see."""
+        snapshot for changes inotify cannot see; timeout (seconds) ends the call then
+        (TimeoutError), None: never."""
         if self._watch_stub is None:
             raise errors.UnimplementedError("watch needs the Sandbox's gRPC channel")
         self._session.check_open()
         req = _watch.request(path, recursive, include, exclude, watch_id, since, rescan_interval)
-        return Watch(self._watch_stub.Watch(req, metadata=self._session.metadata()))
+        return Watch(self._watch_stub.Watch(req, metadata=self._session.metadata(), timeout=timeout))
 
     # -- small calls ---------------------------------------------------------------------------
 
