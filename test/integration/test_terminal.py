@@ -473,3 +473,18 @@ def test_sigterm_with_a_terminal_attached_ends_cleanly(sandboxd_factory):
     s, code = run(go())
     assert code == 1000 and s.control("exit")[0]["reason"] in ("shutdown", "killed")
     d.stop_and_check()
+
+
+def test_output_flows_again_after_the_client_stopped_reading(sandboxd):
+    """A client that stops reading a flooding terminal and then reads again gets the output
+    flowing again, however full its queue became (it once stopped for good when the queue was
+    nearly full: the terminal held back and was never told the queue had drained)."""
+    r = Raw(sandboxd.rest_port, "/v1/terminal?command=exec%20yes%200123456789")
+    r.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    time.sleep(1)  # not reading: the queue fills
+    got, t0 = 0, time.monotonic()
+    while got < 32 << 20:
+        op, payload = r.frame()
+        got += len(payload)
+        assert time.monotonic() - t0 < 60, f"output stopped after {got} bytes"
+    r.s.close()

@@ -179,7 +179,7 @@ static int enqueue(struct sbx_ws *ws, uint8_t op, const void *buf, size_t len)
     return 0;
 }
 
-size_t sbx_ws_room(const struct sbx_ws *ws)
+static size_t room_of(const struct sbx_ws *ws)
 {
     size_t used = pending(ws) + 10;
 
@@ -188,13 +188,24 @@ size_t sbx_ws_room(const struct sbx_ws *ws)
     return ws->set->max_queue - used;
 }
 
+size_t sbx_ws_room(struct sbx_ws *ws)
+{
+    size_t room = room_of(ws);
+
+    /* Asked while the queue is over half full: the owner holds back, and hears writable() once
+     * the client has taken the queue below half. */
+    if (room < ws->set->max_queue / 2)
+        ws->was_full = true;
+    return room;
+}
+
 int sbx_ws_send(struct sbx_ws *ws, uint8_t op, const void *buf, size_t len)
 {
     int r;
 
     if (ws->close_sent || ws->over)
         return -EPIPE;
-    if (len > sbx_ws_room(ws)) {
+    if (len > room_of(ws)) {
         ws->was_full = true;
         return -ENOBUFS;
     }
@@ -344,7 +355,7 @@ static void on_event(struct sbx_watch *w, uint32_t events)
         on_readable(ws);
     if (!ws->over && pending(ws))
         flush(ws);
-    if (!ws->over && ws->was_full && sbx_ws_room(ws) >= ws->set->max_queue / 2) {
+    if (!ws->over && ws->was_full && room_of(ws) >= ws->set->max_queue / 2) {
         ws->was_full = false;
         ws->ops->writable(ws, ws->data);
     }

@@ -51,8 +51,9 @@ int sbx_ws_open(struct sbx_ws_set *set, int fd, const uint8_t *extra, size_t n,
                 void (*release)(void *arg), void *arg, const struct sbx_ws_ops *ops, void *data,
                 struct sbx_error *err);
 
-/* Bytes of payload that can be queued now (0 when the queue is full or the connection closes). */
-size_t sbx_ws_room(const struct sbx_ws *ws);
+/* Bytes of payload that can be queued now (0 when the queue is full or the connection closes).
+ * Asked while the queue is over half full, it also asks for writable() once it is under half. */
+size_t sbx_ws_room(struct sbx_ws *ws);
 
 /* Queues one frame and sends what the socket takes; -ENOBUFS beyond the room, -EPIPE once
  * closing. */
