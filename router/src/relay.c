@@ -180,6 +180,20 @@ static void on_nothing(struct call *c, bool ok)
     (void)ok;
 }
 
+/* The sandbox's headers, as the first op of the batch that first sends to the client: ops[0]
+ * when not yet sent. Returns the ops used. Under c->lock. */
+static size_t initial_op(struct call *c, grpc_op *ops)
+{
+    if (c->initial_sent)
+        return 0;
+    c->initial_out = filter(&c->up_initial, &c->n_initial_out);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = c->n_initial_out;
+    ops[0].data.send_initial_metadata.metadata = c->initial_out;
+    c->initial_sent = true;
+    return 1;
+}
+
 /* The status goes to the client once the sandbox sent it and every message before it is
  * through. Under c->lock. */
 static void maybe_finish(struct call *c)
@@ -190,14 +204,7 @@ static void maybe_finish(struct call *c)
     if (!c->status_in || !c->up_done || c->down_sending || c->status_sent)
         return;
     c->trailing_out = filter(&c->up_trailing, &c->n_trailing_out);
-    if (!c->initial_sent) {
-        c->initial_out = filter(&c->up_initial, &c->n_initial_out);
-        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-        ops[n].data.send_initial_metadata.count = c->n_initial_out;
-        ops[n].data.send_initial_metadata.metadata = c->initial_out;
-        n++;
-        c->initial_sent = true;
-    }
+    n = initial_op(c, ops);
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = c->status;
     ops[n].data.send_status_from_server.status_details = &c->status_details;
@@ -237,14 +244,7 @@ static void on_up_recv(struct call *c, bool ok)
         pthread_mutex_unlock(&c->lock);
         return;
     }
-    if (!c->initial_sent) {
-        c->initial_out = filter(&c->up_initial, &c->n_initial_out);
-        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-        ops[n].data.send_initial_metadata.count = c->n_initial_out;
-        ops[n].data.send_initial_metadata.metadata = c->initial_out;
-        n++;
-        c->initial_sent = true;
-    }
+    n = initial_op(c, ops);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = c->s2c;
     n++;

@@ -658,6 +658,19 @@ def daemon_env():
     return env
 
 
+@pytest.fixture(scope="module")
+def own_home_env(tmp_path_factory):
+    """daemon_env with a HOME of its own, for a module whose daemons run login shells: they read
+    the user's dotfiles, and what this machine's user runs at login (a version manager's rehash,
+    which waits on a lock a killed shell can leave behind) must be no part of a test. A module
+    takes it with `daemon_env = own_home_env`."""
+    env = dict(os.environ)
+    env["SBX_ITEST_DAEMON_VAR"] = "from-daemon"
+    env["SBX_ITEST_OVERRIDE"] = "daemon-value"
+    env["HOME"] = str(tmp_path_factory.mktemp("home"))
+    return env
+
+
 def _merged_env(base, overrides):
     """base with overrides merged over it; an override of None removes that variable."""
     e = dict(base)

@@ -17,19 +17,12 @@ import pytest
 import websockets
 
 import sbxtest  # noqa: E402 - test/common, on the path by conftest
-from conftest import RPC_TIMEOUT, Procs, http_request, wait_until
+from conftest import own_home_env, RPC_TIMEOUT, Procs, http_request, wait_until
 
 WAIT = 10.0
 
 
-@pytest.fixture(scope="module")
-def daemon_env(tmp_path_factory):
-    """Login shells read the user's dotfiles: the daemons here get a HOME of their own, so that
-    what this machine's user runs at login (a version manager's rehash, which waits on a lock a
-    killed shell can leave behind) is no part of the test."""
-    env = dict(os.environ)
-    env["HOME"] = str(tmp_path_factory.mktemp("home"))
-    return env
+daemon_env = own_home_env  # login shells here must not read this machine's dotfiles
 
 
 @pytest.fixture

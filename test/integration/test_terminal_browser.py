@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import websockets
 
-from conftest import Procs, http_request, wait_until
+from conftest import own_home_env, Procs, http_request, wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -26,14 +26,7 @@ pytestmark = pytest.mark.skipif(
 WAIT = 20.0
 
 
-@pytest.fixture(scope="module")
-def daemon_env(tmp_path_factory):
-    """Login shells read the user's dotfiles: the daemons here get a HOME of their own, so that
-    what this machine's user runs at login (a version manager's rehash, which waits on a lock a
-    killed shell can leave behind) is no part of the test."""
-    env = dict(os.environ)
-    env["HOME"] = str(tmp_path_factory.mktemp("home"))
-    return env
+daemon_env = own_home_env  # login shells here must not read this machine's dotfiles
 
 
 @pytest.fixture
