@@ -357,12 +357,25 @@ static void arm_timer_locked(struct sbx_fswatches *ws)
     }
 }
 
-enum tick_action { TICK_NONE, TICK_EXPIRE, TICK_RESCAN, TICK_WAKE };
+void sbx_fsw_tick_soon(struct sbx_fswatches *ws, uint64_t ms)
+{
+    pthread_mutex_lock(&ws->lock);
+    if (!ws->shutdown) {
+        ws->timer_armed = true;
+        (void)sbx_timer_arm(&ws->timer, ms);
+    }
+    pthread_mutex_unlock(&ws->lock);
+}
+
+enum tick_action { TICK_NONE, TICK_EXPIRE, TICK_RESCAN, TICK_WAKE, TICK_MOVE };
 
 static enum tick_action tick_decide(struct sbx_fswatches *ws, struct fs_watch *w, uint64_t now)
 {
     enum tick_action a = TICK_NONE;
 
+    /* The loop thread's own fields: the timer runs there. */
+    if (w->have_pending && w->pending_due_ms && now >= w->pending_due_ms)
+        return TICK_MOVE;
     pthread_mutex_lock(&w->lock);
     if (!w->reader && !w->ended && now - w->detached_at_ms >= ws->o.retain_ms)
         a = TICK_EXPIRE;
@@ -387,6 +400,9 @@ static void tick_one(struct fs_watch *w, enum tick_action a, uint64_t now)
         w->next_rescan_ms = now + w->rescan_ms;
         sbx_fsw_rescan(w);
         sbx_fsw_notify(w);
+        break;
+    case TICK_MOVE:
+        sbx_fsw_move_due(w);
         break;
     case TICK_WAKE:
         pthread_mutex_lock(&w->lock);

@@ -54,6 +54,7 @@ struct fs_watch {
     uint32_t pending_cookie;
     char *pending_from;
     bool pending_dir;
+    uint64_t pending_due_ms; /* when the queue ran dry behind it: told as a move out at this time */
     struct fs_snap *snap;
     uint64_t next_rescan_ms;
     /* Under lock. */
@@ -102,6 +103,11 @@ bool sbx_fsw_excluded(const struct fs_watch *w, const char *path);
 int sbx_fsw_add_tree(struct fs_watch *w, const char *rel, bool emit, struct sbx_error *err);
 /* Reads and handles what the inotify fd holds (the loop's callback). */
 void sbx_fsw_on_inotify(struct sbx_watch *io, uint32_t events);
+/* A move away still unpaired at its due time (the registry's timer asks): told as a move out,
+ * unless the queue holds more events (their read pairs it or tells it). Loop thread. */
+void sbx_fsw_move_due(struct fs_watch *w);
+/* The registry's timer fires within ms (a move away waits to be paired). */
+void sbx_fsw_tick_soon(struct sbx_fswatches *ws, uint64_t ms);
 /* Drops every directory watched (at the end). */
 void sbx_fsw_dirs_release(struct fs_watch *w);
 /* Opens rel (a path of names from the kernel, no "..") beneath fd one name at a time, no

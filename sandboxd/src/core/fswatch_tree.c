@@ -25,6 +25,8 @@
  * the loop (which also reaps, and answers liveness) to itself; what the kernel cannot queue
  * meanwhile is told as an overflow. */
 #define READ_BYTES (16 * 1024)
+/* How long a move away waits for its arrival once the kernel's queue is empty. */
+#define MOVE_GRACE_MS 50
 
 /* ------------------------------------------------------------------------------------------ */
 /* The directories watched: watch descriptor -> path, open addressing. */
@@ -446,6 +448,7 @@ static void handle(struct fs_watch *w, const struct inotify_event *ev)
         flush_pending(w);
     if (ev->mask & IN_MOVED_FROM) {
         w->have_pending = true;
+        w->pending_due_ms = 0;
         w->pending_cookie = ev->cookie;
         w->pending_from = path;
         w->pending_dir = isdir;
@@ -496,10 +499,26 @@ void sbx_fsw_on_inotify(struct sbx_watch *io, uint32_t events)
     } else if (n < 0) {
         drained = errno == EAGAIN;
     }
-    /* A move away's arrival is queued by the same rename: once the queue is empty, none is
-     * coming and the move left the tree. */
-    if (drained && w->io.fd >= 0)
-        flush_pending(w);
+    /* A move away's arrival is queued by the same rename, but the queue may be read between
+     * the two (the renaming thread preempted in between: seen under ASan on a loaded machine,
+     * a rename told as a remove and a create). Once the queue has been empty for a while, none
+     * is coming and the move left the tree. */
+    if (drained && w->io.fd >= 0 && !w->pending_due_ms) {
+        w->pending_due_ms = sbx_fsw_now_ms() + MOVE_GRACE_MS;
+        sbx_fsw_tick_soon(w->ws, MOVE_GRACE_MS);
+    }
     sbx_fsw_notify(w);
     sbx_fsw_unref(w);
+}
+
+void sbx_fsw_move_due(struct fs_watch *w)
+{
+    int queued = 0;
+
+    if (!w->have_pending || w->io.fd < 0)
+        return;
+    if (ioctl(w->io.fd, FIONREAD, &queued) == 0 && queued > 0)
+        return; /* the next read pairs it, or tells it */
+    flush_pending(w);
+    sbx_fsw_notify(w);
 }
