@@ -140,10 +140,13 @@ def test_1000_idle_websockets(sandboxd_factory, protos):
     metrics = http_request(port, "GET", "/metrics").body.decode()
     assert "sandboxd_terminal_connections 1000" in metrics
     during = rss(pid)
-    # Another terminal still opens, and the daemon still serves.
+    # Another terminal still opens, and the daemon still serves; probes go on while all are held
+    # (however quickly they opened).
     s = handshake(port, f"/v1/processes/{info.id}/terminal")
     s.close()
     assert d.client().execute(["true"]).exit_code == 0
+    held_from = prober.count
+    wait_until(lambda: prober.count >= held_from + 5, 30, what="five probes while all are held")
     prober.stop()
     held.stdin.close()
     held.wait(30)
