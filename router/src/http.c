@@ -12,7 +12,7 @@
 #include "listener.h"
 #include "log.h"
 
-enum port_kind { PORT_MAIN, PORT_PROBE, PORT_METRICS };
+enum port_kind { PORT_PROBE, PORT_METRICS };
 
 struct server {
     struct sbx_router_http *h;
@@ -22,7 +22,7 @@ struct server {
 
 struct sbx_router_http {
     struct sbx_router_http_opts o;
-    struct server main, probe, metrics;
+    struct server probe, metrics;
     bool ready;
 };
 
@@ -63,7 +63,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     *upload_size = 0; /* no body is read here */
-    if (s->kind != PORT_METRICS && get && strcmp(url, "/healthz") == 0)
+    if (s->kind == PORT_PROBE && get && strcmp(url, "/healthz") == 0)
         return answer(conn, 200, "application/json", "{\"status\":\"ok\"}");
     if (s->kind == PORT_PROBE && get && strcmp(url, "/readyz") == 0)
         return __atomic_load_n(&s->h->ready, __ATOMIC_ACQUIRE)
@@ -78,8 +78,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         free(text);
         return ret;
     }
-    if (s->kind == PORT_MAIN)
-        return detail(conn, 501, "sandboxd-router does not proxy HTTP/1.1 requests yet: use gRPC");
     return detail(conn, 404, "Not Found");
 }
 
@@ -92,13 +90,6 @@ static int start_port(struct server *s, struct sbx_router_http *h, enum port_kin
 
     s->h = h;
     s->kind = kind;
-    if (kind == PORT_MAIN) {
-        s->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
-                                      MHD_USE_NO_LISTEN_SOCKET,
-                                  0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                                  (unsigned)60, MHD_OPTION_END);
-        return s->mhd ? 0 : sbx_error_set(err, ENOMEM, "start the HTTP server");
-    }
     if (!addr || !*addr)
         return 0;
     if (sbx_listener_parse_addr(addr, host, sizeof(host), &port, err) < 0)
@@ -126,21 +117,13 @@ int sbx_router_http_start(struct sbx_router_http **ret, const struct sbx_router_
     if (!h)
         return sbx_error_set(err, ENOMEM, "allocate http");
     h->o = *o;
-    if ((r = start_port(&h->main, h, PORT_MAIN, NULL, err)) < 0 ||
-        (r = start_port(&h->probe, h, PORT_PROBE, o->probe_addr, err)) < 0 ||
+    if ((r = start_port(&h->probe, h, PORT_PROBE, o->probe_addr, err)) < 0 ||
         (r = start_port(&h->metrics, h, PORT_METRICS, o->metrics_addr, err)) < 0) {
         sbx_router_http_stop(h);
         return r;
     }
     *ret = h;
     return 0;
-}
-
-void sbx_router_http_add(struct sbx_router_http *h, int fd, const struct sockaddr *peer,
-                         socklen_t len)
-{
-    if (MHD_add_connection(h->main.mhd, fd, peer, len) != MHD_YES)
-        log_debug("router: http connection refused: %s", strerror(errno));
 }
 
 void sbx_router_http_set_ready(struct sbx_router_http *h, bool ready)
@@ -152,8 +135,6 @@ void sbx_router_http_stop(struct sbx_router_http *h)
 {
     if (!h)
         return;
-    if (h->main.mhd)
-        MHD_stop_daemon(h->main.mhd);
     if (h->probe.mhd)
         MHD_stop_daemon(h->probe.mhd);
     if (h->metrics.mhd)

@@ -1,8 +1,5 @@
-/* The router's HTTP/1.1 side: the main port's connections that are not HTTP/2 (handed over by
- * the listener), and the probe and metrics ports. Today it answers GET /healthz on the main
- * port, as the reference router does; /healthz and /readyz on the probe port; /metrics on the
- * metrics port. Proxying HTTP/1.1 to sandboxes is still to come: such a request is answered 501
- * with the reference's error shape. */
+/* The router's own HTTP ports, on libmicrohttpd: /healthz and /readyz on the probe port,
+ * /metrics on the metrics port. (The main port's HTTP/1.1 is the proxy's: proxy.h.) */
 #pragma once
 
 #include <stdbool.h>
@@ -22,10 +19,6 @@ struct sbx_router_http_opts {
 
 int sbx_router_http_start(struct sbx_router_http **ret, const struct sbx_router_http_opts *o,
                           struct sbx_error *err);
-
-/* Serves a main-port connection (fd taken). */
-void sbx_router_http_add(struct sbx_router_http *h, int fd, const struct sockaddr *peer,
-                         socklen_t len);
 
 /* /readyz answers 200 from now on (every listener is bound), or 503 (draining). */
 void sbx_router_http_set_ready(struct sbx_router_http *h, bool ready);

@@ -1,7 +1,8 @@
 /* sandboxd-router: reaches sandboxes by name from outside the cluster. One port for every client
- * (the listener tells HTTP/2 from HTTP/1.1 by the first bytes); today gRPC calls are relayed
- * (routed by their x-sandbox-* metadata, one pooled HTTP/2 connection per sandbox) and HTTP/1.1
- * answers the probes. Parses flags, starts the servers, waits for SIGTERM, drains. */
+ * (the listener tells HTTP/2 from HTTP/1.1 by the first bytes): gRPC calls are relayed (routed by
+ * their x-sandbox-* metadata, one pooled HTTP/2 connection per sandbox), HTTP/1.1 requests are
+ * proxied (routed by their X-Sandbox-* headers). Parses flags, starts the servers, waits for
+ * SIGTERM, drains. */
 #define _GNU_SOURCE
 #include <grpc/grpc.h>
 #include <signal.h>
@@ -13,7 +14,9 @@
 #include "http.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics.h"
 #include "parse.h"
+#include "proxy.h"
 #include "relay.h"
 
 static const char *arg_http_bind_address = ":8080";
@@ -26,10 +29,24 @@ static uint64_t arg_shutdown_timeout_ms = 30000;
 static long long arg_max_message_bytes = 64 << 20;
 static long long arg_threads = 4;
 static long long arg_max_upstreams = 4096;
+static uint64_t arg_proxy_timeout_ms = 180000;
+static uint64_t arg_response_header_timeout_ms = 30000;
+static uint64_t arg_idle_timeout_ms = 90000;
+static uint64_t arg_dial_timeout_ms = 10000;
+static long long arg_upstream_max_retries = 3;
+static uint64_t arg_retry_initial_ms = 200;
+static uint64_t arg_retry_max_ms = 800;
+static long long arg_max_request_body_bytes;
+static long long arg_http_max_connections = 16384;
 
 static int opt_count(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 1LL << 40, dst);
+}
+
+static int opt_count0(const char *v, void *dst)
+{
+    return sbx_parse_int(v, 0, 1LL << 50, dst);
 }
 
 static const struct sbx_flag flag_table[] = {
@@ -52,6 +69,25 @@ static const struct sbx_flag flag_table[] = {
     {"grpc-threads", opt_count, &arg_threads, "gRPC completion-queue threads (4)"},
     {"max-upstreams", opt_count, &arg_max_upstreams,
      "upstream connections pooled at once; the least recently used closes beyond (4096)"},
+    {"proxy-timeout", sbx_flag_duration, &arg_proxy_timeout_ms,
+     "HTTP/1.1: silence either way that ends a request, and the cap of X-Sandbox-Timeout "
+     "(3m; upgraded connections have none)"},
+    {"response-header-timeout", sbx_flag_duration, &arg_response_header_timeout_ms,
+     "HTTP/1.1: wait for a sandbox's response head when X-Sandbox-Timeout is not sent (30s)"},
+    {"http-idle-timeout", sbx_flag_duration, &arg_idle_timeout_ms,
+     "HTTP/1.1: a kept-alive client connection closes after this long without a request (90s)"},
+    {"upstream-dial-timeout", sbx_flag_duration, &arg_dial_timeout_ms,
+     "one connect to a sandbox (10s)"},
+    {"upstream-max-retries", opt_count0, &arg_upstream_max_retries,
+     "dials retried after a failed one, with backoff (3)"},
+    {"upstream-retry-initial-delay", sbx_flag_duration, &arg_retry_initial_ms,
+     "wait before the first retry; doubled each time (200ms)"},
+    {"upstream-retry-max-delay", sbx_flag_duration, &arg_retry_max_ms,
+     "longest wait between retries (800ms)"},
+    {"max-request-body-bytes", opt_count0, &arg_max_request_body_bytes,
+     "HTTP/1.1: larger declared request bodies are refused 413 (0: no limit)"},
+    {"http-max-connections", opt_count, &arg_http_max_connections,
+     "HTTP/1.1 client connections at once (one thread each); beyond, 503 (16384)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
@@ -59,6 +95,7 @@ static const struct sbx_flag flag_table[] = {
 struct router {
     struct sbx_relay *relay;
     struct sbx_router_http *http;
+    struct sbx_proxy *proxy;
     struct sbx_listener *listener;
 };
 
@@ -73,46 +110,32 @@ static void to_h1(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
 {
     struct router *r = arg;
 
-    sbx_router_http_add(r->http, fd, peer, len);
+    sbx_proxy_add(r->proxy, fd, peer, len);
 }
 
 static char *metrics(void *arg)
 {
     struct router *r = arg;
-    struct sbx_relay_stats s;
-    uint64_t h2 = 0, h1 = 0, dropped = 0;
-    char *out = NULL;
 
-    struct sbx_listener *l = __atomic_load_n(&r->listener, __ATOMIC_ACQUIRE);
+    return sbx_router_metrics(__atomic_load_n(&r->listener, __ATOMIC_ACQUIRE), r->relay, r->proxy);
+}
 
-    sbx_relay_stats(r->relay, &s);
-    if (l)
-        sbx_listener_counts(l, &h2, &h1, &dropped);
-    if (asprintf(&out,
-                 "# HELP sandbox_router_grpc_calls_total gRPC calls received.\n"
-                 "# TYPE sandbox_router_grpc_calls_total counter\n"
-                 "sandbox_router_grpc_calls_total %llu\n"
-                 "# HELP sandbox_router_grpc_refused_total gRPC calls refused before relaying "
-                 "(bad routing keys, no upstream).\n"
-                 "# TYPE sandbox_router_grpc_refused_total counter\n"
-                 "sandbox_router_grpc_refused_total %llu\n"
-                 "# HELP sandbox_router_upstream_connections Upstream connections pooled.\n"
-                 "# TYPE sandbox_router_upstream_connections gauge\n"
-                 "sandbox_router_upstream_connections %llu\n"
-                 "# HELP sandbox_router_upstream_connections_created_total Upstream connections "
-                 "made.\n"
-                 "# TYPE sandbox_router_upstream_connections_created_total counter\n"
-                 "sandbox_router_upstream_connections_created_total %llu\n"
-                 "# HELP sandbox_router_connections_total Client connections by protocol.\n"
-                 "# TYPE sandbox_router_connections_total counter\n"
-                 "sandbox_router_connections_total{protocol=\"h2\"} %llu\n"
-                 "sandbox_router_connections_total{protocol=\"http1\"} %llu\n"
-                 "sandbox_router_connections_total{protocol=\"none\"} %llu\n",
-                 (unsigned long long)s.calls, (unsigned long long)s.refused,
-                 (unsigned long long)s.upstreams_open, (unsigned long long)s.upstreams_created,
-                 (unsigned long long)h2, (unsigned long long)h1, (unsigned long long)dropped) < 0)
-        return NULL;
-    return out;
+static void proxy_opts(struct sbx_proxy_opts *po, const struct sbx_relay_opts *ro)
+{
+    *po = (struct sbx_proxy_opts){
+        .target = ro->target,
+        .default_port = 8080,
+        .head_timeout_ms = arg_head_timeout_ms,
+        .idle_timeout_ms = arg_idle_timeout_ms,
+        .proxy_timeout_ms = arg_proxy_timeout_ms,
+        .response_header_timeout_ms = arg_response_header_timeout_ms,
+        .dial_timeout_ms = arg_dial_timeout_ms,
+        .max_retries = (unsigned)arg_upstream_max_retries,
+        .retry_initial_ms = arg_retry_initial_ms,
+        .retry_max_ms = arg_retry_max_ms,
+        .max_connections = (unsigned)arg_http_max_connections,
+        .max_request_body = (uint64_t)arg_max_request_body_bytes,
+    };
 }
 
 static int start(struct router *r, const struct sbx_relay_opts *ro, struct sbx_error *err)
@@ -127,6 +150,7 @@ static int start(struct router *r, const struct sbx_relay_opts *ro, struct sbx_e
                                    .h1 = to_h1,
                                    .arg = r};
     struct sbx_listener *l = NULL;
+    struct sbx_proxy_opts po;
     char host[128];
     int rc;
 
@@ -134,7 +158,9 @@ static int start(struct router *r, const struct sbx_relay_opts *ro, struct sbx_e
         0)
         return rc;
     lo.host = *host ? host : NULL;
+    proxy_opts(&po, ro);
     if ((rc = sbx_relay_new(&r->relay, ro, err)) < 0 || (rc = sbx_relay_start(r->relay, err)) < 0 ||
+        (rc = sbx_proxy_new(&r->proxy, &po, err)) < 0 ||
         (rc = sbx_router_http_start(&r->http, &ho, err)) < 0 ||
         (rc = sbx_listener_start(&l, &lo, err)) < 0)
         return rc;
@@ -148,8 +174,11 @@ static int start(struct router *r, const struct sbx_relay_opts *ro, struct sbx_e
 static void stop(struct router *r)
 {
     sbx_listener_stop(r->listener);
+    if (r->proxy)
+        sbx_proxy_shutdown(r->proxy, arg_shutdown_timeout_ms);
     sbx_relay_shutdown(r->relay, arg_shutdown_timeout_ms);
     sbx_router_http_stop(r->http);
+    sbx_proxy_free(r->proxy);
     sbx_relay_free(r->relay);
     sbx_listener_free(r->listener);
 }
@@ -162,7 +191,7 @@ int main(int argc, char **argv)
                           .version = SANDBOXD_VERSION,
                           .synopsis = "usage: sandboxd-router [flags]\n"
                                       "Reaches sandboxes by name: gRPC routed by x-sandbox-* "
-                                      "metadata.\n"};
+                                      "metadata, HTTP/1.1 by X-Sandbox-* headers.\n"};
     struct sbx_relay_opts o = {
         .threads = (int)arg_threads, .default_port = 9090, .target = {.cluster_domain = NULL}};
     struct router r = {0};

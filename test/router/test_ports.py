@@ -27,10 +27,11 @@ def test_one_port_serves_http1_and_grpc(router, sandboxd, protos):
     c = routed(router, sandboxd, protos)
     assert c.execute(["true"]).exit_code == 0
     c.close()
-    # What the router cannot carry yet is said, in the reference's error shape.
-    r = http_request(router.port, "GET", "/v1/files/", timeout=5,
-                     headers={"X-Sandbox-ID": "sb"})
-    assert r.status == 501 and "detail" in json.loads(r.body)
+    # The same port proxies HTTP/1.1 to the same sandbox's REST port.
+    r = http_request(router.port, "GET", "/v1/health", timeout=5,
+                     headers={"X-Sandbox-ID": "sb", "X-Sandbox-Pod-IP": "127.0.0.1",
+                              "X-Sandbox-Port": str(sandboxd.rest_port)})
+    assert r.status == 200 and json.loads(r.body)["status"] == "ok"
     assert int(metric(router, 'sandbox_router_connections_total{protocol="h2"}').split()[-1]) >= 1
     assert int(metric(router, 'sandbox_router_connections_total{protocol="http1"}').split()[-1]) >= 2
 

@@ -1,0 +1,82 @@
+/* Shared by the proxy's files: one client connection and the two byte pipes of an exchange. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "h1.h"
+#include "proxy.h"
+
+#define PROXY_BUF      (64 * 1024) /* each direction's buffer; a head must fit in it */
+#define PROXY_HOST_MAX 300
+
+/* One direction's bytes: [woff, wend) are ready to write, [wend, rend) read but not yet
+ * framed. A rewritten head (pre) goes out before the buffer. */
+struct pipe {
+    char *buf;
+    size_t woff, wend, rend;
+    char *pre;
+    size_t pre_off, pre_len;
+    bool eof;  /* the source said all it will */
+    bool shut; /* the destination was told (tunnels) */
+};
+
+struct proxy_conn {
+    struct sbx_proxy *p;
+    struct proxy_conn *prev, *next; /* among the proxy's connections */
+    int cfd, ufd;
+    char peer[64];             /* the client's address, for X-Forwarded-For */
+    char host[PROXY_HOST_MAX]; /* the upstream ufd leads to */
+    bool idle;                 /* waiting for a request head: may be cut at once to drain */
+    struct pipe up, down;      /* client to upstream, upstream to client */
+};
+
+/* What one request needs through its exchange. */
+struct exchange {
+    struct sbx_h1_body req, resp;
+    bool req_done, head_request, client_http10;
+    bool upgrade;       /* the request asked for one */
+    bool close_after;   /* the client connection ends with this response */
+    bool keep_upstream; /* the upstream connection may serve another request */
+    bool reused;        /* ufd served a request before this one */
+    int resp_state;     /* EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL */
+    int status;         /* the response's, once its head came */
+    uint64_t head_wait_ms;
+    uint64_t resp_bytes; /* of the response, read from the upstream */
+};
+
+enum { EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL };
+
+/* The proxy's shared state (proxy.c). */
+struct sbx_proxy {
+    struct sbx_proxy_opts o;
+    pthread_mutex_t lock;
+    pthread_cond_t gone; /* a connection ended */
+    struct proxy_conn *conns;
+    unsigned nconns;
+    bool stopping, stopped;
+    struct sbx_proxy_stats stats; /* updated with __atomic adds */
+};
+
+#define STAT_ADD(p, field, n) __atomic_add_fetch(&(p)->stats.field, (n), __ATOMIC_RELAXED)
+#define STAT_SUB(p, field, n) __atomic_sub_fetch(&(p)->stats.field, (n), __ATOMIC_RELAXED)
+
+/* proxy_conn.c: serves every request of the connection, then closes it. */
+void proxy_conn_serve(struct proxy_conn *c);
+
+/* proxy_conn.c: answers an error of ours as JSON {"detail": msg} and counts it. */
+int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool close);
+
+/* proxy_pump.c: relays the request's body and the response until the exchange ends; returns 0
+ * when the client connection may serve another request, 1 to close it quietly, -errno when the
+ * upstream failed before any response byte reached the client (the caller answers). */
+int proxy_exchange(struct proxy_conn *c, struct exchange *x);
+
+/* proxy_dial.c: a connected, non-blocking socket to host ("ip:port", "[v6]:port",
+ * "name:port"), with the proxy's retries; -errno with the reason in err. */
+int proxy_dial(struct sbx_proxy *p, const char *host, struct sbx_error *err);
+
+/* proxy_conn.c: the monotonic clock in ms. */
+uint64_t proxy_now_ms(void);
