@@ -38,6 +38,8 @@ static uint64_t arg_retry_initial_ms = 200;
 static uint64_t arg_retry_max_ms = 800;
 static long long arg_max_request_body_bytes;
 static long long arg_http_max_connections = 16384;
+static const char *arg_preview_domain = "";
+static bool arg_access_log = true;
 
 static int opt_count(const char *v, void *dst)
 {
@@ -88,6 +90,10 @@ static const struct sbx_flag flag_table[] = {
      "HTTP/1.1: larger declared request bodies are refused 413 (0: no limit)"},
     {"http-max-connections", opt_count, &arg_http_max_connections,
      "HTTP/1.1 client connections at once (one thread each); beyond, 503 (16384)"},
+    {"preview-domain", sbx_flag_string, &arg_preview_domain,
+     "serve preview URLs http://<port>-<name>.<namespace>.<domain>/ (wildcard DNS to the "
+     "router); the path form /s/<namespace>/<name>/<port>/ needs none (\"\": host form off)"},
+    {"access-log", sbx_flag_bool, &arg_access_log, "a log line per HTTP/1.1 request (true)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
@@ -135,6 +141,8 @@ static void proxy_opts(struct sbx_proxy_opts *po, const struct sbx_relay_opts *r
         .retry_max_ms = arg_retry_max_ms,
         .max_connections = (unsigned)arg_http_max_connections,
         .max_request_body = (uint64_t)arg_max_request_body_bytes,
+        .preview_domain = arg_preview_domain,
+        .access_log = arg_access_log,
     };
 }
 

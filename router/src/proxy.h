@@ -25,8 +25,10 @@ struct sbx_proxy_opts {
     uint64_t dial_timeout_ms;            /* one connect to an upstream */
     unsigned max_retries;                /* more dials after a failed one */
     uint64_t retry_initial_ms, retry_max_ms;
-    unsigned max_connections;  /* client connections at once; beyond, 503 */
-    uint64_t max_request_body; /* bytes; 0: no limit */
+    unsigned max_connections;   /* client connections at once; beyond, 503 */
+    uint64_t max_request_body;  /* bytes; 0: no limit */
+    const char *preview_domain; /* hosts "<port>-<name>.<ns>.<domain>"; NULL or "": none */
+    bool access_log;            /* a log line per request */
 };
 
 /* Counters for /metrics. */

@@ -10,7 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cleanup.h"
 #include "log.h"
+#include "preview.h"
 #include "proxy_internal.h"
 
 #define KEY_MAX 256
@@ -71,6 +73,20 @@ int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool cl
 
     snprintf(body, sizeof(body), "{\"detail\": \"%s\"}\n", msg);
     return reply(c, status, body, close);
+}
+
+/* 308 to loc (a path of ours, already valid as a target). */
+static int proxy_redirect(struct proxy_conn *c, const char *loc)
+{
+    static const char head[] = "HTTP/1.1 308 Permanent Redirect\r\nLocation: ";
+    static const char tail[] = "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+    STAT_ADD(c->p, by_status[3], 1);
+    return write_all(c->cfd, head, sizeof(head) - 1, c->p->o.proxy_timeout_ms) &&
+                   write_all(c->cfd, loc, strlen(loc), c->p->o.proxy_timeout_ms) &&
+                   write_all(c->cfd, tail, sizeof(tail) - 1, c->p->o.proxy_timeout_ms)
+               ? 0
+               : -EPIPE;
 }
 
 static void set_ufd(struct proxy_conn *c, int fd)
@@ -168,7 +184,7 @@ static bool is_drop(const struct sbx_h1_msg *m, const struct sbx_h1_field *f, bo
 /* The request as the upstream gets it: origin-form, Host the upstream's, hop-by-hop fields and
  * the client's credential dropped, X-Forwarded-* set, the upgrade asked again. */
 static int build_request(struct proxy_conn *c, const struct sbx_h1_msg *m, const char *host,
-                         bool upgrade, size_t head_len)
+                         const struct sbx_preview *pv, bool upgrade, size_t head_len)
 {
     size_t size = head_len + 1024, n = 0;
     char *out = malloc(size), target[PROXY_BUF], fwd_host[KEY_MAX];
@@ -177,7 +193,10 @@ static int build_request(struct proxy_conn *c, const struct sbx_h1_msg *m, const
 #define PUT(...) n += (size_t)snprintf(out + n, size - n, __VA_ARGS__)
     if (!out)
         return -ENOMEM;
-    snprintf(target, sizeof(target), "%.*s", (int)m->target_len, m->target);
+    if (pv->path)
+        snprintf(target, sizeof(target), "%.*s", (int)pv->path_len, pv->path);
+    else
+        snprintf(target, sizeof(target), "%.*s", (int)m->target_len, m->target);
     path = sbx_http_target_path(target);
     PUT("%.*s %s HTTP/1.1\r\nHost: %s\r\n", (int)m->method_len, m->method, *path ? path : "/",
         host);
@@ -210,8 +229,47 @@ static bool is_healthz(const struct sbx_h1_msg *m)
            (m->target_len == 8 || m->target[8] == '?');
 }
 
-/* The target of a request from its X-Sandbox-* headers; answers the refusal itself. */
-static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_target *t)
+/* A preview request: keys from its Host or its /s/ path, when it sends no X-Sandbox-ID. 1 when
+ * it is one (*fwd the path to forward, or NULL: the same), 0 when not, <0 when answered. */
+static int preview(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_preview *pv,
+                   struct sbx_route_keys *k)
+{
+    const struct sbx_h1_field *host = sbx_h1_get(m, "Host");
+    bool by_path = false;
+    int rc = 0;
+
+    if (host)
+        rc = sbx_preview_from_host(host->value, host->value_len, c->p->o.preview_domain, pv);
+    if (rc == 0)
+        by_path = (rc = sbx_preview_from_path(m->target, m->target_len, pv)) == 1;
+    if (rc < 0) {
+        proxy_answer(c, 400,
+                     "Invalid preview URL: <port>-<name>.<namespace>.<domain> or "
+                     "/s/<namespace>/<name>/<port>/",
+                     true);
+        return rc;
+    }
+    if (by_path && !pv->path) { /* "/s/ns/name/port": relative links need the slash */
+        const char *q = memchr(m->target, '?', m->target_len);
+        size_t plen = q ? (size_t)(q - m->target) : m->target_len;
+        char *loc = malloc(m->target_len + 2);
+        if (loc) {
+            snprintf(loc, m->target_len + 2, "%.*s/%.*s", (int)plen, m->target,
+                     (int)(m->target_len - plen), q ? q : "");
+            proxy_redirect(c, loc);
+            free(loc);
+        }
+        return -EAGAIN;
+    }
+    if (rc == 1)
+        *k = (struct sbx_route_keys){.id = pv->id, .ns = pv->ns, .port = pv->port};
+    return rc;
+}
+
+/* The target of a request from its X-Sandbox-* headers or its preview URL; answers the refusal
+ * itself. *path is what to forward as the target (NULL: the request's own). */
+static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_target *t,
+                 struct sbx_preview *pv)
 {
     char id[KEY_MAX], ns[KEY_MAX], port[KEY_MAX], uid[KEY_MAX], ip[KEY_MAX];
     struct sbx_route_keys k = {
@@ -222,7 +280,12 @@ static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_ta
         .pod_ip = field_str(m, "X-Sandbox-Pod-IP", ip, sizeof(ip)),
     };
     struct sbx_error err = {0};
+    int rc;
 
+    memset(pv, 0, sizeof(*pv));
+    t->host[0] = '\0';
+    if (!k.id && (rc = preview(c, m, pv, &k)) < 0)
+        return rc;
     if (sbx_target_parse(&k, c->p->o.default_port, &c->p->o.target, t, &err) < 0) {
         proxy_answer(c, 400, err.msg, true); /* its body unread */
         return -EINVAL;
@@ -260,87 +323,120 @@ static int connect_upstream(struct proxy_conn *c, const struct sbx_target *t, bo
     return 0;
 }
 
+/* Relays the request built in up.pre to t's upstream, and answers a failure before any of the
+ * response reached the client. 0 when the exchange ended well. */
+static int relay(struct proxy_conn *c, const struct sbx_target *t, struct exchange *x)
+{
+    char detail[160];
+    int rc;
+
+    for (int attempt = 0;; attempt++) {
+        if ((rc = connect_upstream(c, t, &x->reused)) < 0) {
+            snprintf(detail, sizeof(detail), "Could not connect to the backend sandbox: %s", t->id);
+            proxy_answer(c, 502, detail, true);
+            return rc;
+        }
+        rc = proxy_exchange(c, x);
+        if (rc != -ECONNRESET || !x->reused || x->resp_bytes || x->req.kind != SBX_H1_BODY_NONE ||
+            attempt > 0)
+            break;
+        set_ufd(c, -1); /* closed while it sat idle: once more on a new connection */
+        c->up.pre_off = 0;
+    }
+    if (rc == -EBADMSG) {
+        proxy_answer(c, 400, "Malformed chunked request body.", true);
+    } else if (rc == -ETIMEDOUT) {
+        STAT_ADD(c->p, errors_timeout, 1);
+        snprintf(detail, sizeof(detail), "Timed out waiting for the backend sandbox: %s", t->id);
+        proxy_answer(c, 504, detail, true);
+    } else if (rc < 0) {
+        STAT_ADD(c->p, errors_eof, 1);
+        snprintf(detail, sizeof(detail), "The backend sandbox %s closed the connection", t->id);
+        proxy_answer(c, 502, detail, true);
+    }
+    return rc;
+}
+
+/* Reads what the exchange needs of the request; false when it was refused (and answered). */
+static bool prepare(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_target *t,
+                    struct exchange *x, size_t head_len)
+{
+    struct sbx_preview pv;
+
+    if (route(c, m, t, &pv) < 0)
+        return false;
+    if (sbx_h1_request_body(m, &x->req) < 0) {
+        proxy_answer(c, 400, "Invalid Content-Length.", true);
+        return false;
+    }
+    if (c->p->o.max_request_body && x->req.kind == SBX_H1_BODY_LENGTH &&
+        x->req.left > c->p->o.max_request_body) {
+        proxy_answer(c, 413, "Request body too large.", true);
+        return false;
+    }
+    x->upgrade = sbx_h1_has_token(m, "Connection", "upgrade") && sbx_h1_get(m, "Upgrade");
+    x->head_request = m->method_len == 4 && memcmp(m->method, "HEAD", 4) == 0;
+    x->head_wait_ms = head_wait(m, &c->p->o);
+    x->req_done = x->req.kind == SBX_H1_BODY_NONE;
+    return build_request(c, m, t->host, &pv, x->upgrade, head_len) == 0;
+}
+
+/* "METHOD /path" of a request for the access log (no query: it may carry a token). */
+static void request_line(const struct sbx_h1_msg *m, char *out, size_t size)
+{
+    size_t path = m->target_len;
+
+    for (size_t i = 0; i < m->target_len; i++)
+        if (m->target[i] == '?') {
+            path = i;
+            break;
+        }
+    snprintf(out, size, "%.*s %.*s", (int)(m->method_len > 16 ? 16 : m->method_len), m->method,
+             (int)(path > 200 ? 200 : path), m->target);
+}
+
 /* One request: returns true when the connection may serve another. */
 static bool serve_one(struct proxy_conn *c, size_t head_len)
 {
-    struct sbx_h1_msg *m = malloc(sizeof(*m));
+    _cleanup_free_ struct sbx_h1_msg *m = malloc(sizeof(*m));
     struct sbx_http_verdict v = {0};
     struct sbx_target t;
     struct exchange x = {0};
-    char detail[160];
+    uint64_t start = proxy_now_ms();
+    char line[240];
     int rc;
 
     if (!m)
         return false;
     if (!sbx_h1_parse_request(c->up.buf, head_len, m, &v)) {
         proxy_answer(c, v.status, v.message, true);
-        free(m);
         return false;
     }
     STAT_ADD(c->p, requests, 1);
     x.client_http10 = m->minor == 0;
     x.close_after = x.client_http10 || sbx_h1_has_token(m, "Connection", "close");
     if (is_healthz(m)) {
-        c->up.woff = c->up.wend = head_len;
         rc = sbx_h1_request_body(m, &x.req) == 0 && x.req.kind == SBX_H1_BODY_NONE
                  ? reply(c, 200, "{\"status\":\"ok\"}", x.close_after)
                  : -EINVAL;
-        free(m);
+        c->up.woff = c->up.wend = head_len;
         return rc == 0 && !x.close_after;
     }
-    if (route(c, m, &t) < 0 || sbx_h1_request_body(m, &x.req) < 0) {
-        if (t.host[0]) /* routed: the framing was refused */
-            proxy_answer(c, 400, "Invalid Content-Length.", true);
-        free(m);
+    if (!prepare(c, m, &t, &x, head_len))
         return false;
-    }
-    if (c->p->o.max_request_body && x.req.kind == SBX_H1_BODY_LENGTH &&
-        x.req.left > c->p->o.max_request_body) {
-        proxy_answer(c, 413, "Request body too large.", true);
-        free(m);
-        return false;
-    }
-    x.upgrade = sbx_h1_has_token(m, "Connection", "upgrade") && sbx_h1_get(m, "Upgrade");
-    x.head_request = m->method_len == 4 && memcmp(m->method, "HEAD", 4) == 0;
-    x.head_wait_ms = head_wait(m, &c->p->o);
-    x.req_done = x.req.kind == SBX_H1_BODY_NONE;
-    rc = build_request(c, m, t.host, x.upgrade, head_len);
-    free(m);
-    if (rc < 0)
-        return false;
-    c->up.woff = c->up.wend = head_len; /* the client's head is not relayed as it came */
+    request_line(m, line, sizeof(line)); /* m points into the buffer the exchange reuses */
+    c->up.woff = c->up.wend = head_len;
     STAT_ADD(c->p, inflight, 1);
-    for (int attempt = 0;; attempt++) {
-        if ((rc = connect_upstream(c, &t, &x.reused)) < 0) {
-            snprintf(detail, sizeof(detail), "Could not connect to the backend sandbox: %s", t.id);
-            proxy_answer(c, 502, detail, true);
-            break;
-        }
-        rc = proxy_exchange(c, &x);
-        if (rc == -ECONNRESET && x.reused && x.resp_bytes == 0 && x.req.kind == SBX_H1_BODY_NONE &&
-            attempt == 0) {
-            set_ufd(c, -1); /* closed while idle: once more on a new connection */
-            c->up.pre_off = 0;
-            continue;
-        }
-        if (rc == -EBADMSG) {
-            proxy_answer(c, 400, "Malformed chunked request body.", true);
-        } else if (rc == -ETIMEDOUT) {
-            STAT_ADD(c->p, errors_timeout, 1);
-            snprintf(detail, sizeof(detail), "Timed out waiting for the backend sandbox: %s", t.id);
-            proxy_answer(c, 504, detail, true);
-        } else if (rc < 0) {
-            STAT_ADD(c->p, errors_eof, 1);
-            snprintf(detail, sizeof(detail), "The backend sandbox %s closed the connection", t.id);
-            proxy_answer(c, 502, detail, true);
-        }
-        break;
-    }
+    rc = relay(c, &t, &x);
     STAT_SUB(c->p, inflight, 1);
     if (x.resp_state == EX_TUNNEL)
         STAT_SUB(c->p, tunnels_open, 1);
     if (rc != 0 || !x.keep_upstream)
         set_ufd(c, -1);
+    if (c->p->o.access_log)
+        log_info("access: %s \"%s\" %s/%s:%d %d %llums%s", c->peer, line, t.ns, t.id, t.port,
+                 x.resp_state == EX_TUNNEL ? 101 : x.status,
+                 (unsigned long long)(proxy_now_ms() - start), x.reused ? " reused" : "");
     return rc == 0 && !x.close_after && !__atomic_load_n(&c->p->stopping, __ATOMIC_ACQUIRE);
 }
 

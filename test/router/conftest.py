@@ -19,6 +19,7 @@ globals().update({k: v for k, v in vars(_mod).items() if not k.startswith("__")}
 
 
 import os as _os  # noqa: E402
+from pathlib import Path  # noqa: E402
 import re as _re  # noqa: E402
 
 import pytest as _pytest  # noqa: E402
@@ -27,9 +28,9 @@ import pytest as _pytest  # noqa: E402
 class Router(DaemonProcess):  # noqa: F405 - from the integration conftest
     """sandboxd-router on a free loopback port, loopback pod IPs allowed."""
 
-    def __init__(self, binary, extra_args=()):
+    def __init__(self, binary, extra_args=(), wrap=()):
         self.probe_port, self.metrics_port = free_port(), free_port()  # noqa: F405
-        super().__init__([binary, "--http-bind-address", "127.0.0.1:0",
+        super().__init__([*wrap, binary, "--http-bind-address", "127.0.0.1:0",
                           "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
                           "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
                           "--allow-loopback-pod-ip", "--log-level", "debug", *extra_args])
@@ -56,8 +57,8 @@ def router_bin():
 def router_factory(router_bin):
     started = []
 
-    def start(extra_args=()):
-        r = Router(router_bin, extra_args)
+    def start(extra_args=(), wrap=()):
+        r = Router(router_bin, extra_args, wrap)
         started.append(r)
         return r
 
@@ -71,3 +72,12 @@ def router(router_bin):
     r = Router(router_bin)
     yield r
     r.stop_and_check()
+
+
+def with_hosts(path, names):
+    """A prefix for a command that runs it in a mount namespace of its own where /etc/hosts maps
+    each name to its address: the DNS form <id>.<ns>.svc.<domain> resolves here as in a
+    cluster, and nothing outside the namespace changes. Needs root."""
+    Path(path).write_text("".join(f"{ip} {name}\n" for name, ip in names.items()))
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind "$0" /etc/hosts && exec "$@"', str(path)]
