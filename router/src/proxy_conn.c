@@ -69,9 +69,15 @@ static int reply(struct proxy_conn *c, unsigned status, const char *body, bool c
 
 int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool close)
 {
-    char body[512];
+    char body[600];
+    size_t n = (size_t)snprintf(body, sizeof(body), "{\"detail\": \"");
 
-    snprintf(body, sizeof(body), "{\"detail\": \"%s\"}\n", msg);
+    for (; *msg && n < sizeof(body) - 8; msg++) { /* a JSON string: quotes escaped, no controls */
+        if (*msg == '"' || *msg == '\\')
+            body[n++] = '\\';
+        body[n++] = (unsigned char)*msg < 0x20 ? ' ' : *msg;
+    }
+    snprintf(body + n, sizeof(body) - n, "\"}\n");
     return reply(c, status, body, close);
 }
 

@@ -10,12 +10,14 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import grpc
 import pytest
 import websockets
 
@@ -347,3 +349,82 @@ def test_client_gone_mid_stream_frees_the_connection(router, sandboxd):
     c.close()
     wait_until(lambda: metric(router, "sandbox_router_http_connections_open") == open_before, 10,
                what="the router to let the connection go")
+
+
+def test_router_restarted_while_clients_retry(router_factory, sandboxd, protos):
+    """The router keeps nothing a client needs: killed and started again on its port, clients
+    that retry (an HTTP loop, a gRPC channel waiting for ready) carry on, and nothing is lost."""
+    from test_grpc_relay import routed
+
+    port = free_port()
+    args = ["--http-bind-address", f"127.0.0.1:{port}"]
+    r = router_factory(args)
+    grpc_client = routed(r, sandboxd, protos)
+    results, errors, stop = [], [], threading.Event()
+
+    def http_loop():
+        i = 0
+        while not stop.is_set():
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("PUT", f"/v1/files/restart-{i}.txt", body=str(i).encode(),
+                          headers=keys(sandboxd.rest_port))
+                st = c.getresponse().status
+                c.close()
+                if st < 300:
+                    results.append(i)
+                    i += 1
+                else:
+                    errors.append(st)
+            except OSError:
+                time.sleep(0.05)  # the router is away: retry, as a client would
+
+    t = threading.Thread(target=http_loop)
+    t.start()
+    try:
+        wait_until(lambda: len(results) >= 5, T, what="requests through the first router")
+        r.proc.kill()
+        r.proc.wait()
+        n = len(results)
+        r2 = router_factory(args)
+        assert r2.port == port
+        wait_until(lambda: len(results) >= n + 5, T, what="requests through the second router")
+        def grpc_ok():
+            try:
+                return grpc_client.execute(["echo", "after"]).exit_code == 0
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.UNAVAILABLE, e  # reconnecting: retry
+                return False
+
+        wait_until(grpc_ok, T, interval=0.2, what="the gRPC channel to reconnect")
+    finally:
+        stop.set()
+        t.join()
+        grpc_client.close()
+    assert errors == []
+    for i in results:  # every acknowledged write is in the sandbox
+        assert (sandboxd.root / f"restart-{i}.txt").read_text() == str(i)
+    r.stop_and_check = lambda: None  # killed on purpose
+
+
+def test_sigterm_drains_requests_and_closes_idle_connections(router_factory, sandboxd):
+    r = router_factory(["--shutdown-timeout", "60s"])
+    data = os.urandom(1 << 20) * 24
+    (sandboxd.root / "drain.bin").write_bytes(data)
+    idle = http.client.HTTPConnection("127.0.0.1", r.port, timeout=T)
+    idle.request("GET", "/v1/health", headers=keys(sandboxd.rest_port))
+    assert idle.getresponse().read()
+    busy = http.client.HTTPConnection("127.0.0.1", r.port, timeout=T)
+    busy.request("GET", "/v1/files/drain.bin", headers=keys(sandboxd.rest_port))
+    resp = busy.getresponse()
+    got = [resp.read(1 << 20)]
+    r.proc.send_signal(signal.SIGTERM)
+    # the idle connection is closed at once; the download goes on to its end
+    idle.sock.settimeout(T)
+    assert idle.sock.recv(1) == b""
+    while chunk := resp.read(1 << 20):
+        got.append(chunk)
+        time.sleep(0.02)
+    assert hashlib.sha256(b"".join(got)).digest() == hashlib.sha256(data).digest()
+    assert r.wait_exit(T) == 0
+    (sandboxd.root / "drain.bin").unlink()
