@@ -2,15 +2,19 @@
 them: v1alpha1 served beside v1beta1 (deprecated, the same schema, stored as v1beta1), its
 defaults (a pool's replicas, so /scale answers and kubectl scale works; a Sandbox's
 shutdownPolicy), containers as a list keyed by name, volumeClaimTemplates immutable, and its
-printer columns. No controller runs: these are the API server's answers alone."""
+printer columns; the whole PodSpec, PersistentVolumeClaimSpec and NetworkPolicy rules typed (a
+misspelt pod field refused at apply), as scripts/crdgen.py generates them from this API server's
+OpenAPI. No controller runs: these are the API server's answers alone."""
 
+import copy
+import importlib.util
 import os
 import subprocess
 
 import pytest
 import yaml
 
-from conftest import CONFIG, TOOLS, load_manifests
+from conftest import CONFIG, REPO, TOOLS, load_manifests
 from kube import ApiError
 
 SB = ("agents.x-k8s.io/v1beta1", "Sandbox")
@@ -36,12 +40,12 @@ def obj(kind, name, ns, spec):
             "spec": spec}
 
 
-def kubectl(cluster, *args, ok=True):
+def kubectl(cluster, *args, ok=True, input=None):
     k = TOOLS / "kubectl"
     if not os.access(k, os.X_OK):
         pytest.skip(f"kubectl not found at {k}: run scripts/k8s-tools.sh")
     p = subprocess.run([str(k), f"--kubeconfig={cluster.kubeconfigs['admin']}", *args],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, input=input)
     if ok:
         assert p.returncode == 0, p.stderr
     return p
@@ -193,3 +197,132 @@ def test_kustomize_renders_one_schema_for_both_versions(cluster):
         assert (alpha_["name"], beta["name"]) == ("v1alpha1", "v1beta1"), name
         for field in ("schema", "subresources", "additionalPrinterColumns"):
             assert alpha_.get(field) == beta.get(field), (name, field)
+
+
+def crdgen():
+    spec = importlib.util.spec_from_file_location("crdgen", REPO / "scripts" / "crdgen.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generated_crds_current(cluster):
+    """controller/config/crd is what scripts/crdgen.py makes of its sources and this API server's
+    OpenAPI now (regenerate after editing a source or moving Kubernetes), and the Helm chart's
+    crds/ are byte copies (deploy/helm/sync.sh)."""
+    gen = crdgen()
+    files = gen.generate(lambda path: cluster.admin.request("GET", path))
+    assert sorted(files) == sorted(p.name for p in gen.OUTPUT.glob("*.yaml"))
+    stale = [n for n, text in files.items() if (gen.OUTPUT / n).read_text() != text]
+    assert not stale, f"run scripts/crdgen.py: {stale} differ from a fresh generation"
+    chart = REPO / "deploy" / "helm" / "sandboxd" / "crds"
+    for n in files:
+        assert (chart / n).read_bytes() == (gen.OUTPUT / n).read_bytes(), \
+            f"run deploy/helm/sync.sh: {n}"
+
+
+def test_generated_schema_is_the_api_servers(cluster):
+    """The pod spec of a Sandbox and a template is the API server's PodSpec field for field (the
+    generator's resolution checked against the API server's own document, not against itself),
+    with its list types and keys; the claim templates' spec is PersistentVolumeClaimSpec and a
+    template's network policy rules NetworkPolicy's."""
+    v3 = cluster.admin.request("GET", "/openapi/v3")["paths"]
+    core = cluster.admin.request("GET", v3["api/v1"]["serverRelativeURL"])["components"]["schemas"]
+    net = cluster.admin.request("GET", v3["apis/networking.k8s.io/v1"]["serverRelativeURL"])[
+        "components"]["schemas"]
+    spec = crd(cluster, "SandboxTemplate")["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+        "properties"]["spec"]["properties"]
+    pod = spec["podTemplate"]["properties"]["spec"]
+    want = core["io.k8s.api.core.v1.PodSpec"]
+    assert sorted(pod["properties"]) == sorted(want["properties"])
+    assert pod["required"] == ["containers"]
+    container = pod["properties"]["containers"]["items"]
+    assert sorted(container["properties"]) == sorted(core["io.k8s.api.core.v1.Container"]["properties"])
+    for field in ("containers", "initContainers", "volumes"):
+        assert pod["properties"][field]["x-kubernetes-list-type"] == "map"
+        assert pod["properties"][field]["x-kubernetes-list-map-keys"] == ["name"]
+    ports = container["properties"]["ports"]
+    assert ports["x-kubernetes-list-map-keys"] == ["containerPort", "protocol"]
+    assert ports["items"]["properties"]["protocol"]["default"] == "TCP"
+    limits = container["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
+    assert limits["x-kubernetes-int-or-string"] is True
+    probe_port = container["properties"]["livenessProbe"]["properties"]["httpGet"]["properties"]["port"]
+    assert probe_port["x-kubernetes-int-or-string"] is True
+    assert "x-kubernetes-preserve-unknown-fields" not in pod and \
+        "x-kubernetes-preserve-unknown-fields" not in container
+    pvc = spec["volumeClaimTemplates"]["items"]["properties"]["spec"]
+    assert sorted(pvc["properties"]) == sorted(
+        core["io.k8s.api.core.v1.PersistentVolumeClaimSpec"]["properties"])
+    for rule, name in (("ingress", "NetworkPolicyIngressRule"), ("egress", "NetworkPolicyEgressRule")):
+        got = spec["networkPolicy"]["properties"][rule]["items"]
+        assert sorted(got["properties"]) == sorted(net[f"io.k8s.api.networking.v1.{name}"]["properties"])
+
+
+def typo(cluster, namespace, kind, name, spec):
+    """kubectl apply of the object as a user runs it: refused, the message returned."""
+    o = obj(kind, name, namespace, spec)
+    p = kubectl(cluster, "apply", "-f", "-", input=yaml.safe_dump(o), ok=False)
+    assert p.returncode != 0, (name, p.stdout)
+    assert cluster.admin.find(*kind, namespace, name) is None
+    return p.stderr
+
+
+def test_pod_field_typo_refused_at_apply(cluster, namespace):
+    """A misspelt or mistyped field anywhere in a pod template, a claim template or a network
+    policy rule is refused by kubectl apply, naming the field; before, the pod spec kept unknown
+    fields and a typo surfaced later, as InvalidSpec or not at all."""
+    good = {"name": "main", "image": "debian:12",
+            "resources": {"limits": {"memory": "1Gi", "cpu": 1}}}
+    cases = [
+        (SB, {"containers": [dict(good, imagee="debian:12")]},
+         'unknown field "spec.podTemplate.spec.containers[0].imagee"'),
+        (SB, {"containers": [dict(good, resources={"limts": {"memory": "1Gi"}})]},
+         'unknown field "spec.podTemplate.spec.containers[0].resources.limts"'),
+        (TMPL, {"containers": [good], "securityContext": {"runAsUsr": 1000}},
+         'unknown field "spec.podTemplate.spec.securityContext.runAsUsr"'),
+        (TMPL, {"containers": [dict(good, ports=[{"containerPort": "http"}])]},
+         "spec.podTemplate.spec.containers[0].ports[0].containerPort: Invalid value"),
+        (SB, {"containers": [dict(good, resources={"limits": {"memory": "1 GB"}})]},
+         "spec.podTemplate.spec.containers[0].resources.limits.memory: Invalid value"),
+    ]
+    for i, (kind, pod_spec, message) in enumerate(cases):
+        err = typo(cluster, namespace, kind, f"typo{i}", {"podTemplate": {"spec": pod_spec}})
+        assert message in err, (message, err)
+    vct = [{"metadata": {"name": "work"},
+            "spec": {"accesModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
+    err = typo(cluster, namespace, SB, "typo-vct",
+               {"podTemplate": pod_template("v"), "volumeClaimTemplates": vct})
+    assert 'unknown field "spec.volumeClaimTemplates[0].spec.accesModes"' in err, err
+    err = typo(cluster, namespace, TMPL, "typo-np",
+               {"podTemplate": pod_template("n"),
+                "networkPolicy": {"egress": [{"to": [{"podSelectr": {}}]}]}})
+    assert 'unknown field "spec.networkPolicy.egress[0].to[0].podSelectr"' in err, err
+    # The same objects spelt right are accepted, their values kept and the API server's defaults
+    # (a port's protocol) filled in.
+    ok = obj(SB, "ok", namespace, {"podTemplate": {"spec": {"containers": [
+        dict(good, ports=[{"containerPort": 8000}])]}}, "volumeClaimTemplates": [
+        dict(vct[0], spec={"accessModes": ["ReadWriteOnce"],
+                           "resources": {"requests": {"storage": "1Gi"}}})]})
+    kubectl(cluster, "apply", "-f", "-", input=yaml.safe_dump(ok))
+    got = cluster.admin.get(*SB, namespace, "ok")["spec"]
+    main = got["podTemplate"]["spec"]["containers"][0]
+    assert main["resources"] == good["resources"]
+    assert main["ports"] == [{"containerPort": 8000, "protocol": "TCP"}]
+    assert got["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_v1alpha1_pod_spec_typed_too(cluster, namespace):
+    """v1alpha1 shares the typed schema: a typo written against it is refused as well."""
+    o = obj(SB, "alpha-typo", namespace,
+            {"podTemplate": {"spec": {"containers": [{"name": "main", "imagee": "debian:12"}]}}})
+    o["apiVersion"] = alpha(o["apiVersion"])
+    with pytest.raises(ApiError) as e:
+        cluster.admin.request("POST", f"/apis/agents.x-k8s.io/v1alpha1/namespaces/{namespace}"
+                                      "/sandboxes?fieldValidation=Strict", o)
+    assert e.value.status == 400
+    assert 'unknown field "spec.podTemplate.spec.containers[0].imagee"' in str(e.value.body)
+    fixed = copy.deepcopy(o)
+    fixed["spec"]["podTemplate"]["spec"]["containers"][0] = {"name": "main", "image": "debian:12"}
+    cluster.admin.create(fixed)
+    assert cluster.admin.get(*SB, namespace, "alpha-typo")["spec"]["podTemplate"]["spec"][
+        "containers"] == [{"name": "main", "image": "debian:12"}]
