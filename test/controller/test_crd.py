@@ -237,7 +237,8 @@ def test_generated_schema_is_the_api_servers(cluster):
     assert sorted(pod["properties"]) == sorted(want["properties"])
     assert pod["required"] == ["containers"]
     container = pod["properties"]["containers"]["items"]
-    assert sorted(container["properties"]) == sorted(core["io.k8s.api.core.v1.Container"]["properties"])
+    assert sorted(container["properties"]) == sorted(
+        core["io.k8s.api.core.v1.Container"]["properties"])
     for field in ("containers", "initContainers", "volumes"):
         assert pod["properties"][field]["x-kubernetes-list-type"] == "map"
         assert pod["properties"][field]["x-kubernetes-list-map-keys"] == ["name"]
@@ -246,16 +247,18 @@ def test_generated_schema_is_the_api_servers(cluster):
     assert ports["items"]["properties"]["protocol"]["default"] == "TCP"
     limits = container["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
     assert limits["x-kubernetes-int-or-string"] is True
-    probe_port = container["properties"]["livenessProbe"]["properties"]["httpGet"]["properties"]["port"]
+    probe = container["properties"]["livenessProbe"]["properties"]
+    probe_port = probe["httpGet"]["properties"]["port"]
     assert probe_port["x-kubernetes-int-or-string"] is True
     assert "x-kubernetes-preserve-unknown-fields" not in pod and \
         "x-kubernetes-preserve-unknown-fields" not in container
     pvc = spec["volumeClaimTemplates"]["items"]["properties"]["spec"]
     assert sorted(pvc["properties"]) == sorted(
         core["io.k8s.api.core.v1.PersistentVolumeClaimSpec"]["properties"])
-    for rule, name in (("ingress", "NetworkPolicyIngressRule"), ("egress", "NetworkPolicyEgressRule")):
-        got = spec["networkPolicy"]["properties"][rule]["items"]
-        assert sorted(got["properties"]) == sorted(net[f"io.k8s.api.networking.v1.{name}"]["properties"])
+    for rule in ("Ingress", "Egress"):
+        got = spec["networkPolicy"]["properties"][rule.lower()]["items"]
+        want = net[f"io.k8s.api.networking.v1.NetworkPolicy{rule}Rule"]
+        assert sorted(got["properties"]) == sorted(want["properties"])
 
 
 def typo(cluster, namespace, kind, name, spec):
@@ -288,8 +291,9 @@ def test_pod_field_typo_refused_at_apply(cluster, namespace):
     for i, (kind, pod_spec, message) in enumerate(cases):
         err = typo(cluster, namespace, kind, f"typo{i}", {"podTemplate": {"spec": pod_spec}})
         assert message in err, (message, err)
+    storage = {"requests": {"storage": "1Gi"}}
     vct = [{"metadata": {"name": "work"},
-            "spec": {"accesModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
+            "spec": {"accesModes": ["ReadWriteOnce"], "resources": storage}}]
     err = typo(cluster, namespace, SB, "typo-vct",
                {"podTemplate": pod_template("v"), "volumeClaimTemplates": vct})
     assert 'unknown field "spec.volumeClaimTemplates[0].spec.accesModes"' in err, err
@@ -301,8 +305,7 @@ def test_pod_field_typo_refused_at_apply(cluster, namespace):
     # (a port's protocol) filled in.
     ok = obj(SB, "ok", namespace, {"podTemplate": {"spec": {"containers": [
         dict(good, ports=[{"containerPort": 8000}])]}}, "volumeClaimTemplates": [
-        dict(vct[0], spec={"accessModes": ["ReadWriteOnce"],
-                           "resources": {"requests": {"storage": "1Gi"}}})]})
+        dict(vct[0], spec={"accessModes": ["ReadWriteOnce"], "resources": storage})]})
     kubectl(cluster, "apply", "-f", "-", input=yaml.safe_dump(ok))
     got = cluster.admin.get(*SB, namespace, "ok")["spec"]
     main = got["podTemplate"]["spec"]["containers"][0]
@@ -326,3 +329,19 @@ def test_v1alpha1_pod_spec_typed_too(cluster, namespace):
     cluster.admin.create(fixed)
     assert cluster.admin.get(*SB, namespace, "alpha-typo")["spec"]["podTemplate"]["spec"][
         "containers"] == [{"name": "main", "image": "debian:12"}]
+
+
+def test_v1alpha1_fields_of_the_conversion_webhook_refused(cluster, namespace):
+    """What the reference's v1alpha1 has and v1beta1 does not needs its conversion webhook (a
+    Sandbox's replicas, 0 to suspend, and its /scale; a claim's sandboxTemplateRef and warmpool
+    policy), which we do not run: kubectl apply refuses such a manifest naming the field, rather
+    than a Sandbox meant to be suspended starting."""
+    sb = obj(SB, "alpha-replicas", namespace, {"replicas": 0, "podTemplate": pod_template("r")})
+    claim = obj(CLAIM, "alpha-claim", namespace,
+                {"sandboxTemplateRef": {"name": "t"}, "warmpool": "default"})
+    for o, field in ((sb, "spec.replicas"), (claim, "spec.sandboxTemplateRef")):
+        o["apiVersion"] = alpha(o["apiVersion"])
+        p = kubectl(cluster, "apply", "-f", "-", input=yaml.safe_dump(o), ok=False)
+        assert p.returncode != 0 and f'unknown field "{field}"' in p.stderr, (field, p.stderr)
+        assert cluster.admin.find(o["apiVersion"], o["kind"], namespace,
+                                  o["metadata"]["name"]) is None
