@@ -4,14 +4,17 @@
  * proxied (routed by their X-Sandbox-* headers). Parses flags, starts the servers, waits for
  * SIGTERM, drains. */
 #define _GNU_SOURCE
+#include <curl/curl.h>
 #include <grpc/grpc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "flags.h"
 #include "http.h"
+#include "kube.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -40,6 +43,14 @@ static long long arg_max_request_body_bytes;
 static long long arg_http_max_connections = 16384;
 static const char *arg_preview_domain = "";
 static bool arg_access_log = true;
+static const char *arg_kubeconfig;
+static enum sbx_authz_mode arg_authz_mode = SBX_AUTHZ_ALLOW_ALL;
+static uint64_t arg_authz_ttl_ms = 30000;
+static long long arg_authz_cache_size = 2048;
+static bool arg_authz_require_token;
+static const char *arg_authz_audiences;
+static const char *arg_authz_secret_file;
+static uint64_t arg_authz_sandbox_token_ttl_ms = 30000;
 
 static int opt_count(const char *v, void *dst)
 {
@@ -49,6 +60,11 @@ static int opt_count(const char *v, void *dst)
 static int opt_count0(const char *v, void *dst)
 {
     return sbx_parse_int(v, 0, 1LL << 50, dst);
+}
+
+static int opt_authz_mode(const char *v, void *dst)
+{
+    return sbx_authz_mode_parse(v, dst);
 }
 
 static const struct sbx_flag flag_table[] = {
@@ -94,11 +110,29 @@ static const struct sbx_flag flag_table[] = {
      "serve preview URLs http://<port>-<name>.<namespace>.<domain>/ (wildcard DNS to the "
      "router); the path form /s/<namespace>/<name>/<port>/ needs none (\"\": host form off)"},
     {"access-log", sbx_flag_bool, &arg_access_log, "a log line per HTTP/1.1 request (true)"},
+    {"kubeconfig", sbx_flag_string, &arg_kubeconfig,
+     "kubeconfig file (else $KUBECONFIG, else the in-cluster service account)"},
+    {"authz-mode", opt_authz_mode, &arg_authz_mode,
+     "allow-all, tokenreview, scoped-token or sandbox-token (allow-all)"},
+    {"authz-tokenreview-ttl", sbx_flag_duration, &arg_authz_ttl_ms,
+     "how long a TokenReview decision is cached (30s)"},
+    {"authz-tokenreview-cache-size", opt_count, &arg_authz_cache_size,
+     "decisions (or, in sandbox-token mode, sandboxes' Secrets) cached at most (2048)"},
+    {"authz-tokenreview-require-token", NULL, &arg_authz_require_token,
+     "tokenreview: refuse a request without a Bearer token (else it passes)"},
+    {"authz-tokenreview-audiences", sbx_flag_string, &arg_authz_audiences,
+     "tokenreview: comma-separated audiences the token must be for (none)"},
+    {"authz-scoped-token-secret-file", sbx_flag_string, &arg_authz_secret_file,
+     "scoped-token: the file holding the tokens' HMAC-SHA256 secret (at least 32 bytes)"},
+    {"authz-sandbox-token-ttl", sbx_flag_duration, &arg_authz_sandbox_token_ttl_ms,
+     "sandbox-token: how long a sandbox's token Secret is cached (30s)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
 
 struct router {
+    struct sbx_kube *kube; /* when a mode needs the API server */
+    struct sbx_authz *authz;
     struct sbx_relay *relay;
     struct sbx_router_http *http;
     struct sbx_proxy *proxy;
@@ -123,7 +157,8 @@ static char *metrics(void *arg)
 {
     struct router *r = arg;
 
-    return sbx_router_metrics(__atomic_load_n(&r->listener, __ATOMIC_ACQUIRE), r->relay, r->proxy);
+    return sbx_router_metrics(__atomic_load_n(&r->listener, __ATOMIC_ACQUIRE), r->relay, r->proxy,
+                              r->authz);
 }
 
 static void proxy_opts(struct sbx_proxy_opts *po, const struct sbx_relay_opts *ro)
@@ -146,7 +181,49 @@ static void proxy_opts(struct sbx_proxy_opts *po, const struct sbx_relay_opts *r
     };
 }
 
-static int start(struct router *r, const struct sbx_relay_opts *ro, struct sbx_error *err)
+/* The API server's client, for the modes that ask it. */
+static int kube_client(struct router *r, struct sbx_error *err)
+{
+    struct sbx_kube_config cfg = {0};
+    struct sbx_kube_opts ko = {.qps = 50,
+                               .burst = 100,
+                               .timeout_ms = 3000, /* the reference's TokenReview timeout */
+                               .connections = 4,
+                               .user_agent = "sandboxd-router/" SANDBOXD_VERSION};
+    const char *path = arg_kubeconfig ? arg_kubeconfig : getenv("KUBECONFIG");
+    int rc;
+
+    if (r->kube)
+        return 0;
+    rc = path && *path ? sbx_kube_config_load(path, NULL, &cfg, err)
+                       : sbx_kube_config_in_cluster("/var/run/secrets/kubernetes.io/serviceaccount",
+                                                    &cfg, err);
+    if (rc >= 0)
+        rc = sbx_kube_new(&cfg, &ko, &r->kube, err);
+    sbx_kube_config_release(&cfg);
+    return rc;
+}
+
+static int start_authz(struct router *r, struct sbx_error *err)
+{
+    struct sbx_authz_opts o = {
+        .mode = arg_authz_mode,
+        .ttl_ms = arg_authz_mode == SBX_AUTHZ_SANDBOX_TOKEN ? arg_authz_sandbox_token_ttl_ms
+                                                            : arg_authz_ttl_ms,
+        .cache_size = (unsigned)arg_authz_cache_size,
+        .require_token = arg_authz_require_token,
+        .audiences = arg_authz_audiences,
+        .secret_file = arg_authz_secret_file,
+    };
+    int rc;
+
+    if (sbx_authz_mode_needs_kube(o.mode) && (rc = kube_client(r, err)) < 0)
+        return sbx_error_wrap(err, "--authz-mode=%s", sbx_authz_mode_name(o.mode));
+    o.kube = r->kube;
+    return sbx_authz_new(&r->authz, &o, err);
+}
+
+static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *err)
 {
     struct sbx_router_http_opts ho = {.probe_addr = arg_probe_address,
                                       .metrics_addr = arg_metrics_address,
@@ -166,6 +243,9 @@ static int start(struct router *r, const struct sbx_relay_opts *ro, struct sbx_e
         0)
         return rc;
     lo.host = *host ? host : NULL;
+    if ((rc = start_authz(r, err)) < 0)
+        return rc;
+    ro->authz = r->authz;
     proxy_opts(&po, ro);
     if ((rc = sbx_relay_new(&r->relay, ro, err)) < 0 || (rc = sbx_relay_start(r->relay, err)) < 0 ||
         (rc = sbx_proxy_new(&r->proxy, &po, err)) < 0 ||
@@ -189,6 +269,8 @@ static void stop(struct router *r)
     sbx_proxy_free(r->proxy);
     sbx_relay_free(r->relay);
     sbx_listener_free(r->listener);
+    sbx_authz_free(r->authz); /* after the relay and the proxy: their threads may be deciding */
+    sbx_kube_free(r->kube);
 }
 
 int main(int argc, char **argv)
@@ -228,20 +310,24 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts: they inherit it */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     grpc_init();
     if (start(&r, &o, &err) < 0) {
         log_error(0, "%s", err.msg);
         stop(&r);
         grpc_shutdown();
+        curl_global_cleanup();
         return 1;
     }
-    log_info("sandboxd-router %s ready", SANDBOXD_VERSION);
+    log_info("sandboxd-router %s ready (authz %s)", SANDBOXD_VERSION,
+             sbx_authz_mode_name(arg_authz_mode));
     sigwait(&set, &sig);
     log_info("%s: draining (up to %llu ms)", strsignal(sig),
              (unsigned long long)arg_shutdown_timeout_ms);
     sbx_router_http_set_ready(r.http, false);
     stop(&r);
     grpc_shutdown();
+    curl_global_cleanup();
     log_info("sandboxd-router stopped");
     return 0;
 }

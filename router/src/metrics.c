@@ -91,7 +91,24 @@ static void proxy_section(FILE *f, struct sbx_proxy *p)
             (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down);
 }
 
-char *sbx_router_metrics(struct sbx_listener *l, struct sbx_relay *r, struct sbx_proxy *p)
+/* The reference's name, without its namespace label: clients pick namespaces, and the series
+ * would be theirs to multiply. */
+static void authz_section(FILE *f, struct sbx_authz *a)
+{
+    uint64_t allow = 0, deny = 0;
+
+    if (a)
+        sbx_authz_stats(a, &allow, &deny);
+    counter(f, "sandbox_router_authz_decisions_total",
+            "Per-request authorization outcomes (allow / deny).", "counter");
+    fprintf(f,
+            "sandbox_router_authz_decisions_total{decision=\"allow\"} %llu\n"
+            "sandbox_router_authz_decisions_total{decision=\"deny\"} %llu\n",
+            (unsigned long long)allow, (unsigned long long)deny);
+}
+
+char *sbx_router_metrics(struct sbx_listener *l, struct sbx_relay *r, struct sbx_proxy *p,
+                         struct sbx_authz *a)
 {
     char *out = NULL;
     size_t len = 0;
@@ -102,6 +119,7 @@ char *sbx_router_metrics(struct sbx_listener *l, struct sbx_relay *r, struct sbx
     listener_section(f, l);
     relay_section(f, r);
     proxy_section(f, p);
+    authz_section(f, a);
     if (fclose(f) != 0) {
         free(out);
         return NULL;

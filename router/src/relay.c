@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
+#include "credentials.h"
 #include "log.h"
 #include "upstreams.h"
 
-#define MAX_THREADS 16
-#define KEY_MAX     256 /* a routing key's value */
+#define MAX_THREADS       16
+#define KEY_MAX           256 /* a routing key's value */
+#define MAX_AUTHZ_WAITING 64  /* calls whose authorization waits for the API server */
 
 struct call;
 
@@ -43,6 +46,7 @@ struct call {
     int cancelled;
     grpc_byte_buffer *c2s, *s2c;
     bool initial_sent, up_done, status_in, down_sending, status_sent;
+    bool strip_auth; /* the client's authorization does not go on (authz.h) */
     struct tag t_new, t_closed, t_up_status, t_down_recv, t_up_sent, t_up_recv, t_down_sent,
         t_half_closed, t_status_sent;
 };
@@ -59,6 +63,7 @@ struct sbx_relay {
     unsigned live; /* calls not yet freed */
     bool stopping; /* no more acceptors */
     uint64_t calls, refused;
+    unsigned authz_waiting;
     struct tag t_shutdown;
     bool shut_down;
     bool down; /* sbx_relay_shutdown ran */
@@ -153,15 +158,26 @@ static grpc_metadata *filter(const grpc_metadata_array *a, size_t *n)
     return out;
 }
 
-static void value_of(const grpc_metadata_array *a, const char *key, char *buf, const char **out)
+static void drop_authorization(grpc_metadata *md, size_t *n)
+{
+    size_t kept = 0;
+
+    for (size_t i = 0; i < *n; i++)
+        if (!key_is(md[i].key, "authorization"))
+            md[kept++] = md[i];
+    *n = kept;
+}
+
+static void value_of(const grpc_metadata_array *a, const char *key, char *buf, size_t size,
+                     const char **out)
 {
     for (size_t i = 0; i < a->count; i++) {
         size_t n;
         if (!key_is(a->metadata[i].key, key))
             continue;
         n = GRPC_SLICE_LENGTH(a->metadata[i].value);
-        if (n >= KEY_MAX)
-            n = KEY_MAX - 1; /* too long for any valid key: refused by the checks */
+        if (n >= size)
+            n = size - 1; /* too long for any valid value: refused by the checks */
         memcpy(buf, GRPC_SLICE_START_PTR(a->metadata[i].value), n);
         buf[n] = '\0';
         if (memchr(buf, '\0', n))
@@ -347,6 +363,8 @@ static void relay(struct call *c, grpc_channel *ch)
     c->up = grpc_channel_create_call(ch, c->down, GRPC_PROPAGATE_DEFAULTS, r->cq, c->details.method,
                                      NULL, c->details.deadline, NULL);
     c->fwd = filter(&c->req_md, &c->n_fwd);
+    if (c->fwd && c->strip_auth)
+        drop_authorization(c->fwd, &c->n_fwd);
     if (!c->up || !c->fwd) {
         refuse(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "router: out of memory");
         return;
@@ -375,6 +393,159 @@ static void relay(struct call *c, grpc_channel *ch)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* Relays an allowed call to its target. */
+static void route(struct call *c, const struct sbx_target *t)
+{
+    struct sbx_error e = {0};
+    grpc_channel *ch = sbx_upstreams_get(c->r->ups, t->host, &e);
+
+    if (!ch) {
+        refuse(c, GRPC_STATUS_UNAVAILABLE, e.msg);
+        return;
+    }
+    relay(c, ch);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Authorization (authz.h): decided inline when it needs nothing but memory (a cached answer, a
+ * scoped token), else on a thread of its own: the completion-queue threads never wait for the
+ * API server. */
+
+#define AUTH_MAX (SBX_AUTHZ_TOKEN_MAX + 64) /* an authorization value read whole */
+
+/* A decision that waits for the API server, with what it needs copied out of the call. */
+struct deferred {
+    struct call *c;
+    struct sbx_target t;
+    struct sbx_authz_req req;
+    char auth[AUTH_MAX];
+};
+
+static grpc_status_code authz_status(int rc)
+{
+    switch (rc) {
+    case -EACCES:
+        return GRPC_STATUS_UNAUTHENTICATED;
+    case -EPERM:
+        return GRPC_STATUS_PERMISSION_DENIED;
+    default:
+        return GRPC_STATUS_UNAVAILABLE; /* the API server could not answer: worth a retry */
+    }
+}
+
+/* Relays the call, or refuses it with the decision's status. */
+static void decided(struct call *c, const struct sbx_authz_req *req, const struct sbx_target *t,
+                    int rc, const struct sbx_authz_verdict *v, const struct sbx_error *e)
+{
+    struct sbx_authz *a = c->r->o.authz;
+    struct sbx_authz_forward f;
+    char msg[320];
+
+    if (rc < 0) {
+        log_debug("router: call to %s/%s refused: %s", t->ns, t->id, v->reason);
+        snprintf(msg, sizeof(msg), "router (%s): %s", sbx_authz_mode_name(sbx_authz_mode(a)),
+                 e->msg);
+        refuse(c, authz_status(rc), msg);
+        return;
+    }
+    sbx_authz_forward(a, req, v, &f);
+    c->strip_auth = !f.keep_authorization && !f.set_authorization;
+    route(c, t);
+}
+
+static void *authz_thread(void *arg)
+{
+    struct deferred *d = arg;
+    struct call *c = d->c;
+    struct sbx_relay *r = c->r;
+    struct sbx_authz_verdict v;
+    struct sbx_error e = {0};
+    int rc = sbx_authz_check(r->o.authz, &d->req, true, &v, &e);
+
+    decided(c, &d->req, &d->t, rc, &v, &e);
+    free(d);
+    pthread_mutex_lock(&r->lock);
+    r->authz_waiting--;
+    pthread_mutex_unlock(&r->lock);
+    call_unref(c); /* the last touch of r when this was the relay's last call */
+    return NULL;
+}
+
+/* Hands the decision to a thread; false when it cannot (too many wait: the call is refused). */
+static bool defer(struct call *c, const struct sbx_authz_req *req, const struct sbx_target *t)
+{
+    struct sbx_relay *r = c->r;
+    struct deferred *d = calloc(1, sizeof(*d));
+    pthread_attr_t attr;
+    pthread_t th;
+    bool ok = false;
+
+    pthread_mutex_lock(&r->lock);
+    if (d && r->authz_waiting < MAX_AUTHZ_WAITING) {
+        r->authz_waiting++;
+        ok = true;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (!ok) {
+        free(d);
+        return false;
+    }
+    d->c = c;
+    d->t = *t;
+    d->req = *req;
+    d->req.ns = d->t.ns;
+    d->req.name = d->t.id;
+    if (req->authorization)
+        snprintf(d->auth, sizeof(d->auth), "%s", req->authorization);
+    d->req.authorization = req->authorization ? d->auth : NULL;
+    pthread_mutex_lock(&c->lock);
+    c->refs++; /* the thread's */
+    pthread_mutex_unlock(&c->lock);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, authz_thread, d) != 0) {
+        pthread_attr_destroy(&attr);
+        pthread_mutex_lock(&c->lock);
+        c->refs--;
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_lock(&r->lock);
+        r->authz_waiting--;
+        pthread_mutex_unlock(&r->lock);
+        free(d);
+        return false;
+    }
+    pthread_attr_destroy(&attr);
+    return true;
+}
+
+/* Decides the call, then relays or refuses it (or hands both to a thread). */
+static void authorize(struct call *c, const struct sbx_route_keys *k, const struct sbx_target *t)
+{
+    struct sbx_relay *r = c->r;
+    _cleanup_free_ char *auth = malloc(AUTH_MAX);
+    struct sbx_authz_req req = {
+        .ns = t->ns,
+        .name = t->id,
+        .overrides = (k->pod_ip && *k->pod_ip) || (k->uid && *k->uid),
+        /* Without a port key the call goes to sandboxd's gRPC port. */
+        .sandboxd = !k->port || t->port == r->o.default_port,
+    };
+    struct sbx_authz_verdict v;
+    struct sbx_error e = {0};
+    int rc;
+
+    if (!auth) {
+        refuse(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "router: out of memory");
+        return;
+    }
+    value_of(&c->req_md, "authorization", auth, AUTH_MAX, &req.authorization);
+    rc = sbx_authz_check(r->o.authz, &req, false, &v, &e);
+    if (rc != -EWOULDBLOCK)
+        decided(c, &req, t, rc, &v, &e);
+    else if (!defer(c, &req, t))
+        refuse(c, GRPC_STATUS_UNAVAILABLE, "router: too many calls wait for authorization");
+}
+
 static void on_new(struct call *c, bool ok)
 {
     struct sbx_relay *r = c->r;
@@ -382,7 +553,6 @@ static void on_new(struct call *c, bool ok)
     struct sbx_route_keys k = {0};
     struct sbx_target t;
     struct sbx_error e = {0};
-    grpc_channel *ch;
 
     arm_acceptor(r);
     if (!ok)
@@ -390,21 +560,19 @@ static void on_new(struct call *c, bool ok)
     pthread_mutex_lock(&r->lock);
     r->calls++;
     pthread_mutex_unlock(&r->lock);
-    value_of(&c->req_md, "x-sandbox-id", id, &k.id);
-    value_of(&c->req_md, "x-sandbox-namespace", ns, &k.ns);
-    value_of(&c->req_md, "x-sandbox-port", port, &k.port);
-    value_of(&c->req_md, "x-sandbox-uid", uid, &k.uid);
-    value_of(&c->req_md, "x-sandbox-pod-ip", ip, &k.pod_ip);
+    value_of(&c->req_md, "x-sandbox-id", id, KEY_MAX, &k.id);
+    value_of(&c->req_md, "x-sandbox-namespace", ns, KEY_MAX, &k.ns);
+    value_of(&c->req_md, "x-sandbox-port", port, KEY_MAX, &k.port);
+    value_of(&c->req_md, "x-sandbox-uid", uid, KEY_MAX, &k.uid);
+    value_of(&c->req_md, "x-sandbox-pod-ip", ip, KEY_MAX, &k.pod_ip);
     if (sbx_target_parse(&k, r->o.default_port, &r->o.target, &t, &e) < 0) {
         refuse(c, GRPC_STATUS_INVALID_ARGUMENT, e.msg);
         return;
     }
-    ch = sbx_upstreams_get(r->ups, t.host, &e);
-    if (!ch) {
-        refuse(c, GRPC_STATUS_UNAVAILABLE, e.msg);
-        return;
-    }
-    relay(c, ch);
+    if (r->o.authz)
+        authorize(c, &k, &t);
+    else
+        route(c, &t);
 }
 
 /* ------------------------------------------------------------------------------------------ */

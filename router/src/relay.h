@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "authz.h"
 #include "error.h"
 #include "target.h"
 
@@ -20,6 +21,10 @@ struct sbx_relay_opts {
     int default_port;      /* of a call without x-sandbox-port: sandboxd's gRPC port */
     struct sbx_target_opts target;
     unsigned max_upstreams; /* pooled connections; the least recently used goes beyond */
+    /* Decides each call before it is relayed (NULL: every call passes; borrowed, outlives the
+     * relay). A decision the API server must make runs on a thread of its own, never on a
+     * completion-queue thread; at most 64 wait at once, beyond that the call is UNAVAILABLE. */
+    struct sbx_authz *authz;
 };
 
 /* Creates the relay's server; it listens on nothing: connections come by sbx_relay_add_fd. */

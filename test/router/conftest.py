@@ -22,7 +22,42 @@ import os as _os  # noqa: E402
 from pathlib import Path  # noqa: E402
 import re as _re  # noqa: E402
 
+import grpc as _grpc  # noqa: E402
 import pytest as _pytest  # noqa: E402
+
+
+class Meta(_grpc.UnaryUnaryClientInterceptor, _grpc.UnaryStreamClientInterceptor,
+           _grpc.StreamUnaryClientInterceptor, _grpc.StreamStreamClientInterceptor):
+    """Adds metadata (the routing keys, a credential) to every call of a channel."""
+
+    def __init__(self, md):
+        self.md = list(md)
+
+    def _d(self, d):
+        return d._replace(metadata=list(d.metadata or []) + self.md)
+
+    def intercept_unary_unary(self, cont, d, req):
+        return cont(self._d(d), req)
+
+    def intercept_unary_stream(self, cont, d, req):
+        return cont(self._d(d), req)
+
+    def intercept_stream_unary(self, cont, d, it):
+        return cont(self._d(d), it)
+
+    def intercept_stream_stream(self, cont, d, it):
+        return cont(self._d(d), it)
+
+
+def routed_client(target, protos, md):
+    """A Client of process.v1 at target (a router) whose every call carries md."""
+    orig = _grpc.insecure_channel
+    _grpc.insecure_channel = lambda t, options=None: _grpc.intercept_channel(
+        orig(t, options=options), Meta(md))
+    try:
+        return Client(target, protos)  # noqa: F405 - from the integration conftest
+    finally:
+        _grpc.insecure_channel = orig
 
 
 class Router(DaemonProcess):  # noqa: F405 - from the integration conftest

@@ -14,32 +14,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from conftest import Client, Procs, pid_gone, wait_until
+from conftest import Client, Meta, Procs, pid_gone, routed_client, wait_until
 
 RPC = 15.0
-
-
-class _Meta(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-            grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
-    """Adds the routing keys to every call of a channel."""
-
-    def __init__(self, md):
-        self.md = list(md)
-
-    def _d(self, d):
-        return d._replace(metadata=list(d.metadata or []) + self.md)
-
-    def intercept_unary_unary(self, cont, d, req):
-        return cont(self._d(d), req)
-
-    def intercept_unary_stream(self, cont, d, req):
-        return cont(self._d(d), req)
-
-    def intercept_stream_unary(self, cont, d, it):
-        return cont(self._d(d), it)
-
-    def intercept_stream_stream(self, cont, d, it):
-        return cont(self._d(d), it)
 
 
 def keys(d, **extra):
@@ -51,13 +28,7 @@ def keys(d, **extra):
 
 def routed(router, d, protos, **extra):
     """A Client of process.v1 whose calls go through the router to d."""
-    orig = grpc.insecure_channel
-    grpc.insecure_channel = lambda t, options=None: grpc.intercept_channel(
-        orig(t, options=options), _Meta(keys(d, **extra)))
-    try:
-        return Client(router.target, protos)
-    finally:
-        grpc.insecure_channel = orig
+    return routed_client(router.target, protos, keys(d, **extra))
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +99,7 @@ def test_stdin_through_the_router(router, sandboxd, protos):
 
 
 def test_sandboxd_v1_attach_and_wait(router, sandboxd, protos):
-    ch = grpc.intercept_channel(grpc.insecure_channel(router.target), _Meta(keys(sandboxd)))
+    ch = grpc.intercept_channel(grpc.insecure_channel(router.target), Meta(keys(sandboxd)))
     p = Procs(ch, protos)
     info = p.spawn(["sh", "-c", "echo one; sleep 0.2; echo two"])
     out, _, _, ex, _ = p.attach(info.id)

@@ -1,0 +1,179 @@
+"""Authorization at the router (--authz-mode), over gRPC, with real sandboxd daemons behind it.
+
+scoped-token: tokens minted here (our own HMAC and base64url, and one minted by the reference's
+MintScopedToken) accepted for their sandbox only; missing, expired, forged, tampered, another
+sandbox's or another namespace's refused, and a pod-IP or UID override refused with a valid
+token. The router routes by the DNS form of (namespace, name), as the mode requires: it runs in
+a mount namespace whose /etc/hosts leads those names to the daemons on loopback (root needed).
+The client's credential never reaches sandboxd in that mode, nor a user's port in allow-all, and
+reaches sandboxd's own port in allow-all (its token is sandboxd's business). Decisions counted
+in sandbox_router_authz_decisions_total. The API server's modes are in test/controller."""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import random
+import time
+
+import grpc
+import pytest
+
+from conftest import DaemonProcess, routed_client, with_hosts
+from test_ports import metric
+
+SECRET = b"0123456789abcdef0123456789abcdef-router-test-secret\n"
+# MintScopedToken(SECRET, "team-a", "box-a", 50 years) by the reference (Go, v0.5.6).
+GO_TOKEN = ("v1.eyJucyI6InRlYW0tYSIsIm5hbWUiOiJib3gtYSIsImV4cCI6MzM3Mjk5MzU5MX0."
+            "YWPgKyWVJmgsFmYKNILohgNnn9W5PiLPcgVw-fqYjUE")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace needs root")
+
+
+def b64(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def mint(ns, name, exp, secret=SECRET, payload=None):
+    """A scoped token, written from the reference's description (not from our C)."""
+    p = b64(payload or json.dumps({"ns": ns, "name": name, "exp": exp},
+                                  separators=(",", ":")).encode())
+    mac = hmac.new(secret.strip(), b"agent-sandbox/scoped-token/v1." + p.encode(),
+                   hashlib.sha256).digest()
+    return f"v1.{p}.{b64(mac)}"
+
+
+@pytest.fixture
+def scoped(router_factory, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    return router_factory(["--authz-mode", "scoped-token",
+                           "--authz-scoped-token-secret-file", str(secret)],
+                          wrap=with_hosts(tmp_path / "hosts", {
+                              f"{n}.svc.cluster.local": "127.0.0.1"
+                              for n in ("box-a.team-a", "box-b.team-a", "box-a.team-b")}))
+
+
+def call(router, d, protos, token=None, ns="team-a", name="box-a", **extra):
+    """Execute `echo hi` through the router at sandbox (ns, name) on d's port; the output, or
+    the refusal as (code, details)."""
+    md = {"x-sandbox-id": name, "x-sandbox-namespace": ns, "x-sandbox-port": str(d.port)}
+    if token:
+        md["authorization"] = f"Bearer {token}"
+    md.update(extra)
+    c = routed_client(router.target, protos, tuple(md.items()))
+    try:
+        return c.execute(["echo", "hi"]).stdout
+    except grpc.RpcError as e:
+        return (e.code(), e.details())
+    finally:
+        c.close()
+
+
+def decisions(router, which):
+    return int(metric(router, f'sandbox_router_authz_decisions_total{{decision="{which}"}}')
+               .split()[-1])
+
+
+def test_scoped_token_opens_its_sandbox(scoped, sandboxd, protos):
+    now = int(time.time())
+    assert call(scoped, sandboxd, protos, mint("team-a", "box-a", now + 600)) == b"hi\n"
+    assert call(scoped, sandboxd, protos, GO_TOKEN) == b"hi\n", "the reference's own token"
+    assert call(scoped, sandboxd, protos, mint("team-a", "box-b", now + 600),
+                name="box-b") == b"hi\n"
+    assert decisions(scoped, "allow") == 3 and decisions(scoped, "deny") == 0
+
+
+def test_scoped_token_refusals(scoped, sandboxd, protos):
+    now = int(time.time())
+    good = mint("team-a", "box-a", now + 600)
+    unauth = (grpc.StatusCode.UNAUTHENTICATED, "router (scoped-token): unauthenticated")
+    denied = (grpc.StatusCode.PERMISSION_DENIED, "router (scoped-token): forbidden")
+    tampered = good.split(".")
+    tampered[1] = b64(json.dumps({"ns": "team-a", "name": "box-b", "exp": now + 600},
+                                 separators=(",", ":")).encode())
+    cases = {
+        "missing": (None, {}, unauth),
+        "expired": (mint("team-a", "box-a", now - 1), {}, unauth),
+        "forged (another secret)": (mint("team-a", "box-a", now + 600,
+                                         secret=b"x" * 32 + b"another-secret"), {}, unauth),
+        "tampered (claims changed, old signature)": (".".join(tampered), {"name": "box-b"},
+                                                     unauth),
+        "not a token": ("hello", {}, unauth),
+        "another sandbox's": (mint("team-a", "box-b", now + 600), {}, denied),
+        "another namespace's": (good, {"ns": "team-b"}, denied),
+        "with a pod IP override": (good, {"x-sandbox-pod-ip": "127.0.0.1"}, denied),
+        "with a UID override": (good, {"x-sandbox-uid": "0c0ffee0-1234-4321-aaaa-0123456789ab"},
+                                denied),
+    }
+    for what, (tok, extra, want) in cases.items():
+        kw = {k: v for k, v in extra.items() if k in ("ns", "name")}
+        md = {k: v for k, v in extra.items() if k not in ("ns", "name")}
+        assert call(scoped, sandboxd, protos, tok, **kw, **md) == want, what
+    assert decisions(scoped, "deny") == len(cases) and decisions(scoped, "allow") == 0
+
+
+def test_scoped_token_never_reaches_sandboxd(scoped, sandboxd_factory, protos, tmp_path):
+    """sandboxd's own token is the scoped token itself: were the router to pass the client's
+    authorization on, sandboxd would take it. It answers that none came."""
+    tok = mint("team-a", "box-a", int(time.time()) + 600)
+    f = tmp_path / "token"
+    f.write_text(tok)
+    d = sandboxd_factory(["--token-file", str(f)])
+    assert call(scoped, d, protos, tok) == (grpc.StatusCode.UNAUTHENTICATED,
+                                            "missing bearer token")
+
+
+class ListeningSandboxd(DaemonProcess):
+    """sandboxd on a given loopback address and port (the gRPC port the router defaults to)."""
+
+    name = "sandboxd"
+
+    def __init__(self, binary, root, host, port, token_file, env):
+        super().__init__([binary, "--listen-host", host, "--grpc-port", str(port),
+                          "--rest-port", "0", "--root-dir", root, "--token-file", token_file,
+                          "--log-level", "debug"], env=env)
+        self.wait_line(r"\bready\b")
+        self.port = port
+
+
+@pytest.fixture
+def sandboxd_at_9090(sandboxd_bin, tmp_path, daemon_env):
+    """sandboxd with a token on 9090 at a loopback address of its own (none else listens there:
+    127.0.0.0/8 is all loopback), as a pod's sandboxd listens on its pod IP."""
+    token = "t0k3n-" + os.urandom(8).hex()
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "root").mkdir()
+    for _ in range(5):
+        host = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
+        try:
+            d = ListeningSandboxd(sandboxd_bin, tmp_path / "root", host, 9090,
+                                  tmp_path / "token", daemon_env)
+            break
+        except RuntimeError as e:
+            if "in use" not in str(e):
+                raise
+    d.host, d.token = host, token
+    yield d
+    assert d.stop(10) == 0, d.log()
+
+
+def test_allow_all_passes_authorization_to_sandboxd_only(router, sandboxd_at_9090,
+                                                          sandboxd_factory, protos, tmp_path):
+    d = sandboxd_at_9090
+    md = (("x-sandbox-id", "sb"), ("x-sandbox-pod-ip", d.host),
+          ("authorization", f"Bearer {d.token}"))
+    c = routed_client(router.target, protos, md)
+    assert c.execute(["echo", "hi"]).stdout == b"hi\n", "sandboxd's port: its token went on"
+    c.close()
+    # A port the client names is a user's port: no credential of the client's reaches it.
+    (tmp_path / "t2").write_text(d.token)
+    user = sandboxd_factory(["--token-file", str(tmp_path / "t2")])
+    c = routed_client(router.target, protos, md[:1] + (
+        ("x-sandbox-pod-ip", "127.0.0.1"), ("x-sandbox-port", str(user.port))) + md[2:])
+    with pytest.raises(grpc.RpcError) as e:
+        c.execute(["true"])
+    assert (e.value.code(), e.value.details()) == (grpc.StatusCode.UNAUTHENTICATED,
+                                                   "missing bearer token")
+    c.close()
