@@ -34,3 +34,31 @@ int sbx_cookie_strip(const char *cookie, char *buf, size_t size);
  * secure adds Secure (a TLS listener); a scoped token's cookie lasts until the token expires. */
 int sbx_cookie_set(const struct sbx_authz_verdict *v, const char *path, bool secure, time_t now,
                    char *buf, size_t size);
+
+/* Everything the HTTP proxy does about a request's authorization, in one call (it may block on
+ * the API server: the proxy's thread per connection may wait). */
+struct sbx_authz_http {
+    int rc;           /* sbx_authz_check's: 0 allowed */
+    int status;       /* a refusal's HTTP status (401, 403, 500; 400 for a bad token parameter) */
+    char detail[256]; /* its {"detail": ...} */
+    bool keep_authorization; /* the client's Authorization header goes on as it came */
+    char authorization[SBX_AUTHZ_TOKEN_MAX + 8]; /* else, when not empty: send this one */
+    bool strip_query_token; /* take `token` out of the target (sbx_query_strip_token) */
+    char set_cookie[SBX_AUTHZ_TOKEN_MAX + 256]; /* when not empty: the answer's Set-Cookie */
+    const char *reason;                         /* for the log */
+};
+
+struct sbx_authz_http_req {
+    const char *ns, *name;              /* the target sandbox */
+    bool overrides;                     /* X-Sandbox-Pod-IP or X-Sandbox-UID given */
+    bool sandboxd;                      /* to sandboxd's own (REST) port, not a user's */
+    const char *target;                 /* the request target, NUL-terminated */
+    const char *authorization, *cookie; /* header values, or NULL */
+    const char *cookie_path;            /* the Set-Cookie's Path ("/" for a host) */
+    bool secure;                        /* on a TLS listener */
+};
+
+/* Decides r and fills out (the Cookie header to send on is sbx_cookie_strip's). 0 when allowed;
+ * else out->status and out->detail say the answer. */
+int sbx_authz_http(struct sbx_authz *a, const struct sbx_authz_http_req *r,
+                   struct sbx_authz_http *out);

@@ -225,6 +225,43 @@ static void test_cookie(void)
     }
 }
 
+static void test_http(const char *file)
+{
+    struct sbx_authz *a = make(SBX_AUTHZ_SCOPED_TOKEN, file, false);
+    struct sbx_scoped_key k;
+    struct sbx_authz_http *h = malloc(sizeof(*h));
+    char tok[512], target[700];
+    struct sbx_authz_http_req r = {.ns = "team-a", .name = "box-a", .cookie_path = "/"};
+
+    sbx_scoped_key_init(&k, SECRET, strlen(SECRET), NULL);
+    sbx_scoped_token_mint(&k, "team-a", "box-a", time(NULL) + 60, tok, sizeof(tok), NULL);
+    snprintf(target, sizeof(target), "/index.html?a=1&token=%s", tok);
+    r.target = target;
+    ok(sbx_authz_http(a, &r, h) == 0 && h->status == 200 && h->strip_query_token &&
+           !h->keep_authorization && !h->authorization[0] &&
+           strstr(h->set_cookie, SBX_AUTHZ_COOKIE "=v1.") == h->set_cookie,
+       "http: a token by query passes, is taken out, and sets the cookie");
+    r.target = "/index.html?token=%zz";
+    ok(sbx_authz_http(a, &r, h) < 0 && h->status == 400, "a bad token parameter: 400 %s",
+       h->detail);
+    r.target = "/index.html";
+    ok(sbx_authz_http(a, &r, h) == -EACCES && h->status == 401 &&
+           !strcmp(h->detail, "unauthenticated"),
+       "none: 401 {\"detail\": \"unauthenticated\"}");
+    sbx_authz_free(a);
+    a = make(SBX_AUTHZ_ALLOW_ALL, NULL, false);
+    r.sandboxd = true;
+    r.target = "/files?token=abc";
+    ok(sbx_authz_http(a, &r, h) == 0 && h->keep_authorization && !h->strip_query_token &&
+           !h->set_cookie[0],
+       "allow-all to sandboxd: its credentials untouched, no cookie");
+    r.sandboxd = false;
+    ok(sbx_authz_http(a, &r, h) == 0 && !h->keep_authorization && h->strip_query_token,
+       "allow-all to a user's port: stripped");
+    sbx_authz_free(a);
+    free(h);
+}
+
 int main(void)
 {
     char file[] = "/tmp/test_authz_XXXXXX";
@@ -238,6 +275,7 @@ int main(void)
     test_api_modes();
     test_query();
     test_cookie();
+    test_http(file);
     unlink(file);
     return done_testing();
 }
