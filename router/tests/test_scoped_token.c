@@ -62,7 +62,7 @@ static void test_tampering(void)
     snprintf(t, sizeof(t), "%s", GO_TOKEN);
     t[strlen(t) - 3] = t[strlen(t) - 3] == 'A' ? 'B' : 'A';
     ok(!strcmp(verify(t, 0), "signature mismatch"), "a changed signature");
-    snprintf(t, sizeof(t), "v2%s", GO_TOKEN + 2);
+    snprintf(t, sizeof(t), "v2%s", &GO_TOKEN[2]);
     ok(!strcmp(verify(t, 0), "malformed token"), "another version");
     ok(!strcmp(verify("v1.abc", 0), "malformed token"), "two parts");
     ok(!strcmp(verify("", 0), "malformed token"), "empty");
