@@ -176,6 +176,7 @@ static void proxy_opts(struct sbx_proxy_opts *po, const struct sbx_relay_opts *r
         .retry_max_ms = arg_retry_max_ms,
         .max_connections = (unsigned)arg_http_max_connections,
         .max_request_body = (uint64_t)arg_max_request_body_bytes,
+        .authz = ro->authz,
         .preview_domain = arg_preview_domain,
         .access_log = arg_access_log,
     };

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "authz.h"
 #include "error.h"
 #include "target.h"
 
@@ -29,6 +30,9 @@ struct sbx_proxy_opts {
     uint64_t max_request_body;  /* bytes; 0: no limit */
     const char *preview_domain; /* hosts "<port>-<name>.<ns>.<domain>"; NULL or "": none */
     bool access_log;            /* a log line per request */
+    /* Decides each request before it is relayed (NULL: every request passes, Authorization
+     * dropped); borrowed, outlives the proxy. */
+    struct sbx_authz *authz;
 };
 
 /* Counters for /metrics. */

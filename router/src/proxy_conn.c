@@ -190,9 +190,10 @@ static bool is_drop(const struct sbx_h1_msg *m, const struct sbx_h1_field *f, bo
 /* The request as the upstream gets it: origin-form, Host the upstream's, hop-by-hop fields and
  * the client's credential dropped, X-Forwarded-* set, the upgrade asked again. */
 static int build_request(struct proxy_conn *c, const struct sbx_h1_msg *m, const char *host,
-                         const struct sbx_preview *pv, bool upgrade, size_t head_len)
+                         const struct sbx_preview *pv, const struct exchange *x, size_t head_len)
 {
-    size_t size = head_len + 1024, n = 0;
+    size_t size = head_len + 1024 + proxy_authz_extra(x), n = 0;
+    bool upgrade = x->upgrade;
     char *out = malloc(size), target[PROXY_BUF], fwd_host[KEY_MAX];
     const char *path;
 
@@ -203,14 +204,24 @@ static int build_request(struct proxy_conn *c, const struct sbx_h1_msg *m, const
         snprintf(target, sizeof(target), "%.*s", (int)pv->path_len, pv->path);
     else
         snprintf(target, sizeof(target), "%.*s", (int)m->target_len, m->target);
+    if (x->az && x->az->strip_query_token)
+        sbx_query_strip_token(target); /* the router's credential */
     path = sbx_http_target_path(target);
     PUT("%.*s %s HTTP/1.1\r\nHost: %s\r\n", (int)m->method_len, m->method, *path ? path : "/",
         host);
     for (unsigned i = 0; i < m->nfields; i++) {
         const struct sbx_h1_field *f = &m->fields[i];
-        if (!is_drop(m, f, upgrade))
+        char *cookie = NULL;
+        if (proxy_authz_cookie(x, f, &cookie)) {
+            if (cookie && *cookie)
+                PUT("Cookie: %s\r\n", cookie);
+            free(cookie);
+        } else if (!is_drop(m, f, upgrade)) {
             PUT("%.*s: %.*s\r\n", (int)f->name_len, f->name, (int)f->value_len, f->value);
+        }
     }
+    if (n < size)
+        n += proxy_authz_authorization(x, m, out + n, size - n);
     if (upgrade) {
         const struct sbx_h1_field *f = sbx_h1_get(m, "Upgrade");
         PUT("Connection: Upgrade\r\nUpgrade: %.*s\r\n", (int)f->value_len, f->value);
@@ -384,7 +395,9 @@ static bool prepare(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx
     x->head_request = m->method_len == 4 && memcmp(m->method, "HEAD", 4) == 0;
     x->head_wait_ms = head_wait(m, &c->p->o);
     x->req_done = x->req.kind == SBX_H1_BODY_NONE;
-    return build_request(c, m, t->host, &pv, x->upgrade, head_len) == 0;
+    if (c->p->o.authz && !proxy_authorize(c, m, t, &pv, x))
+        return false;
+    return build_request(c, m, t->host, &pv, x, head_len) == 0;
 }
 
 /* "METHOD /path" of a request for the access log (no query: it may carry a token). */
@@ -428,12 +441,15 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
         c->up.woff = c->up.wend = head_len;
         return rc == 0 && !x.close_after;
     }
-    if (!prepare(c, m, &t, &x, head_len))
+    if (!prepare(c, m, &t, &x, head_len)) {
+        proxy_authz_done(&x);
         return false;
+    }
     request_line(m, line, sizeof(line)); /* m points into the buffer the exchange reuses */
     c->up.woff = c->up.wend = head_len;
     STAT_ADD(c->p, inflight, 1);
     rc = relay(c, &t, &x);
+    proxy_authz_done(&x);
     STAT_SUB(c->p, inflight, 1);
     if (x.resp_state == EX_TUNNEL)
         STAT_SUB(c->p, tunnels_open, 1);

@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "credentials.h"
 #include "h1.h"
+#include "preview.h"
 #include "proxy.h"
 
 #define PROXY_BUF      (64 * 1024) /* each direction's buffer; a head must fit in it */
@@ -44,7 +46,8 @@ struct exchange {
     int resp_state;     /* EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL */
     int status;         /* the response's, once its head came */
     uint64_t head_wait_ms;
-    uint64_t resp_bytes; /* of the response, read from the upstream */
+    uint64_t resp_bytes;       /* of the response, read from the upstream */
+    struct sbx_authz_http *az; /* the authorizer's word on it (NULL: no authorizer) */
 };
 
 enum { EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL };
@@ -77,6 +80,20 @@ int proxy_exchange(struct proxy_conn *c, struct exchange *x);
 /* proxy_dial.c: a connected, non-blocking socket to host ("ip:port", "[v6]:port",
  * "name:port"), with the proxy's retries; -errno with the reason in err. */
 int proxy_dial(struct sbx_proxy *p, const char *host, struct sbx_error *err);
+
+/* proxy_authz.c: decides the request (with o.authz; x->az is then set: free it with
+ * proxy_authz_done), answering a refusal itself; false when refused. */
+bool proxy_authorize(struct proxy_conn *c, const struct sbx_h1_msg *m, const struct sbx_target *t,
+                     const struct sbx_preview *pv, struct exchange *x);
+void proxy_authz_done(struct exchange *x);
+/* Bytes the rewritten credentials may add to the request head. */
+size_t proxy_authz_extra(const struct exchange *x);
+/* The Authorization line the upstream gets ("" when none) into out; its length. */
+size_t proxy_authz_authorization(const struct exchange *x, const struct sbx_h1_msg *m, char *out,
+                                 size_t size);
+/* For a Cookie field, when the authorizer is on: true, with the value to send instead in *ret
+ * (malloc'ed; empty: send no such field; NULL: out of memory). */
+bool proxy_authz_cookie(const struct exchange *x, const struct sbx_h1_field *f, char **ret);
 
 /* proxy_conn.c: the monotonic clock in ms. */
 uint64_t proxy_now_ms(void);

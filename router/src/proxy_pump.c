@@ -89,7 +89,7 @@ static bool drop_response_field(const struct sbx_h1_msg *m, const struct sbx_h1_
 static int build_response(struct proxy_conn *c, struct exchange *x, const struct sbx_h1_msg *m,
                           const char *head, size_t head_len)
 {
-    size_t size = head_len + 256, n = 0;
+    size_t size = head_len + 256 + (x->az ? strlen(x->az->set_cookie) : 0), n = 0;
     const char *eol = memchr(head, '\r', head_len);
     char *out = malloc(size);
 
@@ -109,6 +109,8 @@ static int build_response(struct proxy_conn *c, struct exchange *x, const struct
     } else if (m->status >= 200 && x->close_after) {
         PUT("Connection: close\r\n");
     }
+    if (x->az && x->az->set_cookie[0]) /* the token came by query: later requests by cookie */
+        PUT("Set-Cookie: %s\r\n", x->az->set_cookie);
     PUT("\r\n");
 #undef PUT
     free(c->down.pre);

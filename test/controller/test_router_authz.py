@@ -9,13 +9,17 @@ by the token: once the router has lost that right, a token it reviewed before st
 sandbox-token: Sandboxes made by the controller each get a token Secret; a sandboxd holding that
 token listens where the sandbox's DNS name leads (the router runs in a mount namespace whose
 /etc/hosts says so, root needed) on sandboxd's default gRPC port. The sandbox's token passes the
-router and then sandboxd itself; another sandbox's, a forged or a missing token, a sandbox without
+router and then sandboxd itself, over gRPC and over HTTP to sandboxd's REST port (by header, by
+`token` query parameter, which sets the router's cookie, and by that cookie: sandboxd gets it as
+its header); another sandbox's, a forged or a missing token, a sandbox without
 a Secret and a pod-IP override are refused at the router; a user's port never sees the token; a
 router that may not read Secrets answers UNAVAILABLE; a deleted sandbox's token stops opening it.
 
 Needs SANDBOXD_ROUTER_BIN and SANDBOXD_BIN, kubectl in the tools directory."""
 
 import base64
+import http.client
+import json
 import os
 import random
 import re
@@ -86,7 +90,8 @@ class Router(Proc):
         m = wait_until(lambda: re.search(r"listening on \S+ port (\d+)",
                                          self.log.read_text(errors="replace")), 30,
                        what=f"{name} listening")
-        wait_until(lambda: "ready" in self.log.read_text(errors="replace"), 30, what=f"{name} ready")
+        wait_until(lambda: "ready" in self.log.read_text(errors="replace"), 30,
+                   what=f"{name} ready")
         self.port = int(m.group(1))
 
     def call(self, md):
@@ -99,9 +104,21 @@ class Router(Proc):
                 return (e.code(), e.details())
 
 
-def start_sandboxd(d, name, host, port, token=None):
+def http_get(router, path, headers):
+    """(status, {set-cookie when sent}, JSON body of a refusal or None) of GET path."""
+    c = http.client.HTTPConnection("127.0.0.1", router.port, timeout=30)
+    c.request("GET", path, headers=headers)
+    resp = c.getresponse()
+    body = resp.read()
+    c.close()
+    extra = {"set-cookie": resp.getheader("Set-Cookie")} if resp.getheader("Set-Cookie") else {}
+    return resp.status, extra, json.loads(body) if resp.status >= 400 else None
+
+
+def start_sandboxd(d, name, host, port, token=None, rest_port=0):
     args = [binary("SANDBOXD_BIN"), "--listen-host", host, "--grpc-port", str(port),
-            "--rest-port", "0", "--root-dir", str(d / f"{name}-root"), "--log-level", "debug"]
+            "--rest-port", str(rest_port), "--root-dir", str(d / f"{name}-root"),
+            "--log-level", "debug"]
     (d / f"{name}-root").mkdir()
     if token:
         (d / f"{name}-token").write_text(token + "\n")
@@ -209,7 +226,8 @@ def test_sandbox_token(cluster, namespace, controller, tmp_path, procs):
     ip = {"sb-a": loopback_ip(), "sb-b": loopback_ip()}
     while ip["sb-b"] == ip["sb-a"]:
         ip["sb-b"] = loopback_ip()
-    box = {n: start_sandboxd(tmp_path, n, ip[n], 9090, tok[n]) for n in ("sb-a", "sb-b")}
+    box = {n: start_sandboxd(tmp_path, n, ip[n], 9090, tok[n], rest_port=8080)
+           for n in ("sb-a", "sb-b")}
     procs.extend(box.values())
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n" + "".join(
@@ -242,6 +260,19 @@ def test_sandbox_token(cluster, namespace, controller, tmp_path, procs):
     procs.append(user)
     assert r.call(to("sb-a", tok["sb-a"], **{"x-sandbox-port": str(user.port)})) == (
         grpc.StatusCode.UNAUTHENTICATED, "missing bearer token")
+
+    # Over HTTP to sandboxd's REST port (8080, the default): the token by header, by query
+    # parameter (a browser's) or by the cookie that sets reaches sandboxd as its header.
+    h = {"X-Sandbox-ID": "sb-a", "X-Sandbox-Namespace": ns}
+    assert http_get(r, "/v1/metadata", {**h, "Authorization": f"Bearer {tok['sb-a']}"})[0] == 200
+    status, headers, _ = http_get(r, f"/v1/metadata?token={tok['sb-a']}", h)
+    assert status == 200 and headers["set-cookie"].startswith(
+        f"sandbox-router-token={tok['sb-a']}; Path=/; HttpOnly; SameSite=Lax"), headers
+    assert http_get(r, "/v1/metadata", {**h, "Cookie": f"sandbox-router-token={tok['sb-a']}"})[
+        0] == 200
+    assert http_get(r, "/v1/metadata", {**h, "Authorization": f"Bearer {tok['sb-b']}"}) == (
+        401, {}, {"detail": "unauthenticated"}), "another sandbox's token"
+    assert http_get(r, "/v1/metadata", h) == (401, {}, {"detail": "unauthenticated"})
 
     # A router that may not read Secrets cannot decide.
     blind = Router(tmp_path, "router-blind", [

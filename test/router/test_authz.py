@@ -7,7 +7,12 @@ token. The router routes by the DNS form of (namespace, name), as the mode requi
 a mount namespace whose /etc/hosts leads those names to the daemons on loopback (root needed).
 The client's credential never reaches sandboxd in that mode, nor a user's port in allow-all, and
 reaches sandboxd's own port in allow-all (its token is sandboxd's business). Decisions counted
-in sandbox_router_authz_decisions_total. The API server's modes are in test/controller."""
+in sandbox_router_authz_decisions_total. Over HTTP/1.1, to an app standing for a user's port:
+the reference's 401/403 {"detail": ...}; a token by header, by `token` query parameter (which
+sets the router's cookie, scoped to the host or to the path-form preview URL) and by that
+cookie; none of them reaching the app; headless Chromium opening a preview URL with a token
+once, its fetch and WebSocket passing by the cookie. The API server's modes are in
+test/controller."""
 
 import base64
 import hashlib
@@ -20,8 +25,10 @@ import time
 import grpc
 import pytest
 
-from conftest import DaemonProcess, routed_client, with_hosts
+from conftest import DaemonProcess, routed_client, wait_until, with_hosts
+from test_http_proxy import request
 from test_ports import metric
+from test_preview import App, browser, page_text  # noqa: F401 - browser is a fixture
 
 SECRET = b"0123456789abcdef0123456789abcdef-router-test-secret\n"
 # MintScopedToken(SECRET, "team-a", "box-a", 50 years) by the reference (Go, v0.5.6).
@@ -177,3 +184,102 @@ def test_allow_all_passes_authorization_to_sandboxd_only(router, sandboxd_at_909
     assert (e.value.code(), e.value.details()) == (grpc.StatusCode.UNAUTHENTICATED,
                                                    "missing bearer token")
     c.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# HTTP/1.1: the same decisions with the reference's answers, the browser's query token and cookie,
+# and no credential of the client's reaching the app.
+
+def app_saw(app, path):
+    """The headers the app got with the last request for path (its query included)."""
+    for p, h in reversed(app.seen):
+        if p.split("?")[0] == path.split("?")[0]:
+            return p, {k.lower(): v for k, v in h.items()}
+    raise AssertionError(f"the app never saw {path}: {app.seen}")
+
+
+@pytest.fixture(scope="module")
+def app():
+    a = App()
+    yield a
+    a.close()
+
+
+def test_http_scoped_token_header_query_and_cookie(scoped, app):
+    now = int(time.time())
+    tok = mint("team-a", "box-a", now + 600)
+    to = {"X-Sandbox-ID": "box-a", "X-Sandbox-Namespace": "team-a",
+          "X-Sandbox-Port": str(app.port)}
+    r, body = request(scoped, "GET", "/data.json", {**to, "Authorization": f"Bearer {tok}"})
+    assert r.status == 200 and json.loads(body) == {"n": 42}
+    assert "authorization" not in app_saw(app, "/data.json")[1]
+    assert r.getheader("Set-Cookie") is None, "no cookie for a token in the header"
+
+    r, body = request(scoped, "GET", f"/data.json?x=1&token={tok}", to)
+    assert r.status == 200
+    cookie = r.getheader("Set-Cookie")
+    prefix = f"sandbox-router-token={tok}; Path=/; HttpOnly; SameSite=Lax; Max-Age="
+    assert cookie.startswith(prefix) and 0 < int(cookie[len(prefix):]) <= 600, cookie
+    path, _ = app_saw(app, "/data.json?x=1")
+    assert path == "/data.json?x=1", "the token parameter was taken out"
+
+    r, body = request(scoped, "GET", "/data.json",
+                      {**to, "Cookie": f"a=1; sandbox-router-token={tok}"})
+    assert r.status == 200
+    assert app_saw(app, "/data.json")[1].get("cookie") == "a=1", "the router's cookie taken out"
+
+
+def test_http_scoped_token_refusals(scoped, app):
+    now = int(time.time())
+    to = {"X-Sandbox-ID": "box-a", "X-Sandbox-Namespace": "team-a",
+          "X-Sandbox-Port": str(app.port)}
+    cases = [
+        ({}, 401, "unauthenticated"),
+        ({"Authorization": f"Bearer {mint('team-a', 'box-a', now - 1)}"}, 401, "unauthenticated"),
+        ({"Authorization": f"Bearer {mint('team-a', 'box-a', now + 60, secret=b'y' * 40)}"},
+         401, "unauthenticated"),
+        ({"Cookie": f"sandbox-router-token={mint('team-a', 'box-a', now - 1)}"}, 401,
+         "unauthenticated"),
+        ({"Authorization": f"Bearer {mint('team-a', 'box-b', now + 60)}"}, 403, "forbidden"),
+        ({"Authorization": f"Bearer {mint('team-a', 'box-a', now + 60)}",
+          "X-Sandbox-Pod-IP": "127.0.0.1"}, 403, "forbidden"),
+    ]
+    seen = len(app.seen)
+    for extra, status, detail in cases:
+        r, body = request(scoped, "GET", "/data.json", {**to, **extra})
+        assert (r.status, json.loads(body)) == (status, {"detail": detail}), extra
+    r, body = request(scoped, "GET", "/data.json?token=%zz", to)
+    assert r.status == 400
+    assert len(app.seen) == seen, "no refused request reached the app"
+
+
+def test_http_scoped_token_path_form_cookie_is_that_ports(scoped, app):
+    tok = mint("team-a", "box-a", int(time.time()) + 600)
+    r, _ = request(scoped, "GET", f"/s/team-a/box-a/{app.port}/data.json?token={tok}",
+                    {"Host": "router.test"})
+    assert r.status == 200
+    assert f"; Path=/s/team-a/box-a/{app.port}/;" in r.getheader("Set-Cookie")
+    assert app_saw(app, "/data.json")[0] == "/data.json"
+
+
+def test_browser_opens_a_scoped_preview_url_once(router_factory, tmp_path, app, browser):
+    """Chromium opens http://<port>-box-a.team-a.localhost/?token=...: the page, its fetch and
+    its WebSocket (which cannot carry a header) pass by the cookie the first answer set; the same
+    URL without the token, in a fresh profile, is refused."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    r = router_factory(["--preview-domain", "localhost", "--authz-mode", "scoped-token",
+                        "--authz-scoped-token-secret-file", str(secret)],
+                       wrap=with_hosts(tmp_path / "hosts",
+                                       {"box-a.team-a.svc.cluster.local": "127.0.0.1"}))
+    tok = mint("team-a", "box-a", int(time.time()) + 600)
+    base = f"http://{app.port}-box-a.team-a.localhost:{r.port}/"
+    browser.get(base + f"?token={tok}")
+    wait_until(lambda: page_text(browser) != "waiting", 30, interval=0.1, what="the page to run")
+    assert page_text(browser) == "ok ping-42"
+    ws_path, ws_headers = app_saw(app, "/ws")
+    assert "sandbox-router-token" not in ws_headers.get("cookie", "") and \
+        "authorization" not in ws_headers
+    browser.delete_all_cookies()
+    browser.get(base)
+    assert "unauthenticated" in browser.page_source
