@@ -65,10 +65,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_size = 0; /* no body is read here */
     if (s->kind == PORT_PROBE && get && strcmp(url, "/healthz") == 0)
         return answer(conn, 200, "application/json", "{\"status\":\"ok\"}");
-    if (s->kind == PORT_PROBE && get && strcmp(url, "/readyz") == 0)
-        return __atomic_load_n(&s->h->ready, __ATOMIC_ACQUIRE)
-                   ? answer(conn, 200, "text/plain", "ok")
-                   : answer(conn, 503, "text/plain", "draining");
+    if (s->kind == PORT_PROBE && get && strcmp(url, "/readyz") == 0) {
+        if (!__atomic_load_n(&s->h->ready, __ATOMIC_ACQUIRE))
+            return answer(conn, 503, "text/plain", "draining");
+        if (s->h->o.ready && !s->h->o.ready(s->h->o.arg))
+            return answer(conn, 503, "text/plain", "cache not synced");
+        return answer(conn, 200, "text/plain", "ok");
+    }
     if (s->kind == PORT_METRICS && get && strcmp(url, "/metrics") == 0) {
         char *text = s->h->o.metrics(s->h->o.arg);
         enum MHD_Result ret;

@@ -14,6 +14,8 @@ struct sbx_router_http_opts {
     const char *metrics_addr; /* likewise */
     /* The metrics text (malloc'ed, Prometheus exposition format). */
     char *(*metrics)(void *arg);
+    /* With set_ready on, /readyz is 200 only while this says so too (NULL: always). */
+    bool (*ready)(void *arg);
     void *arg;
 };
 

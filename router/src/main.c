@@ -21,6 +21,7 @@
 #include "parse.h"
 #include "proxy.h"
 #include "relay.h"
+#include "resolver.h"
 
 static const char *arg_http_bind_address = ":8080";
 static const char *arg_probe_address = ":8081";
@@ -51,6 +52,9 @@ static bool arg_authz_require_token;
 static const char *arg_authz_audiences;
 static const char *arg_authz_secret_file;
 static uint64_t arg_authz_sandbox_token_ttl_ms = 30000;
+static bool arg_cache_enabled;
+static const char *arg_cache_namespace;
+static uint64_t arg_wake_timeout_ms = 60000;
 
 static int opt_count(const char *v, void *dst)
 {
@@ -126,6 +130,13 @@ static const struct sbx_flag flag_table[] = {
      "scoped-token: the file holding the tokens' HMAC-SHA256 secret (at least 32 bytes)"},
     {"authz-sandbox-token-ttl", sbx_flag_duration, &arg_authz_sandbox_token_ttl_ms,
      "sandbox-token: how long a sandbox's token Secret is cached (30s)"},
+    {"cache-enabled", NULL, &arg_cache_enabled,
+     "watch sandboxes' pods and sandboxes: route by UID and name to pod IPs, wake suspended "
+     "sandboxes (needs list/watch of pods and sandboxes, patch of sandboxes)"},
+    {"cache-namespace", sbx_flag_string, &arg_cache_namespace,
+     "the cache's namespace (every namespace when unset)"},
+    {"wake-timeout", sbx_flag_duration, &arg_wake_timeout_ms,
+     "how long a request for a suspended sandbox waits for it to be Ready (60s)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
@@ -133,6 +144,7 @@ static const struct sbx_flag flag_table[] = {
 struct router {
     struct sbx_kube *kube; /* when a mode needs the API server */
     struct sbx_authz *authz;
+    struct sbx_resolver *resolver;
     struct sbx_relay *relay;
     struct sbx_router_http *http;
     struct sbx_proxy *proxy;
@@ -153,18 +165,30 @@ static void to_h1(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
     sbx_proxy_add(r->proxy, fd, peer, len);
 }
 
+static bool ready(void *arg)
+{
+    return sbx_resolver_ready(((struct router *)arg)->resolver);
+}
+
 static char *metrics(void *arg)
 {
     struct router *r = arg;
+    char *base = sbx_router_metrics(__atomic_load_n(&r->listener, __ATOMIC_ACQUIRE), r->relay,
+                                    r->proxy, r->authz);
+    char *cache = sbx_resolver_metrics(r->resolver), *out = NULL;
 
-    return sbx_router_metrics(__atomic_load_n(&r->listener, __ATOMIC_ACQUIRE), r->relay, r->proxy,
-                              r->authz);
+    if (base && cache && asprintf(&out, "%s%s", base, cache) < 0)
+        out = NULL;
+    free(base);
+    free(cache);
+    return out;
 }
 
 static void proxy_opts(struct sbx_proxy_opts *po, const struct sbx_relay_opts *ro)
 {
     *po = (struct sbx_proxy_opts){
         .target = ro->target,
+        .resolver = ro->resolver,
         .default_port = 8080,
         .head_timeout_ms = arg_head_timeout_ms,
         .idle_timeout_ms = arg_idle_timeout_ms,
@@ -224,11 +248,26 @@ static int start_authz(struct router *r, struct sbx_error *err)
     return sbx_authz_new(&r->authz, &o, err);
 }
 
+/* The cache (--cache-enabled) on the API server's client, else resolution without one. */
+static int start_resolver(struct router *r, struct sbx_error *err)
+{
+    struct sbx_resolver_opts o = {.cache_namespace = arg_cache_namespace,
+                                  .cluster_domain = arg_cluster_domain,
+                                  .wake_timeout_ms = arg_wake_timeout_ms};
+    int rc;
+
+    if (arg_cache_enabled && (rc = kube_client(r, err)) < 0)
+        return sbx_error_wrap(err, "--cache-enabled");
+    o.kube = arg_cache_enabled ? r->kube : NULL;
+    return sbx_resolver_new(&r->resolver, &o, err);
+}
+
 static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *err)
 {
     struct sbx_router_http_opts ho = {.probe_addr = arg_probe_address,
                                       .metrics_addr = arg_metrics_address,
                                       .metrics = metrics,
+                                      .ready = ready,
                                       .arg = r};
     struct sbx_listener_opts lo = {.head_timeout_ms = (unsigned)arg_head_timeout_ms,
                                    .max_pending = 4096,
@@ -244,9 +283,10 @@ static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *
         0)
         return rc;
     lo.host = *host ? host : NULL;
-    if ((rc = start_authz(r, err)) < 0)
+    if ((rc = start_authz(r, err)) < 0 || (rc = start_resolver(r, err)) < 0)
         return rc;
     ro->authz = r->authz;
+    ro->resolver = r->resolver;
     proxy_opts(&po, ro);
     if ((rc = sbx_relay_new(&r->relay, ro, err)) < 0 || (rc = sbx_relay_start(r->relay, err)) < 0 ||
         (rc = sbx_proxy_new(&r->proxy, &po, err)) < 0 ||
@@ -271,6 +311,7 @@ static void stop(struct router *r)
     sbx_relay_free(r->relay);
     sbx_listener_free(r->listener);
     sbx_authz_free(r->authz); /* after the relay and the proxy: their threads may be deciding */
+    sbx_resolver_free(r->resolver); /* likewise resolving; its informers use the client */
     sbx_kube_free(r->kube);
 }
 

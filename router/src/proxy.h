@@ -12,16 +12,18 @@
 
 #include "authz.h"
 #include "error.h"
+#include "resolver.h"
 #include "target.h"
 
 struct sbx_proxy;
 
 struct sbx_proxy_opts {
     struct sbx_target_opts target;
-    int default_port;          /* of a request without X-Sandbox-Port: sandboxd's REST */
-    uint64_t head_timeout_ms;  /* a request head, once its first byte came */
-    uint64_t idle_timeout_ms;  /* a kept-alive connection between requests */
-    uint64_t proxy_timeout_ms; /* silence while a response streams; caps X-Sandbox-Timeout */
+    struct sbx_resolver *resolver; /* NULL: the keys' address as sbx_target_parse gives it */
+    int default_port;              /* of a request without X-Sandbox-Port: sandboxd's REST */
+    uint64_t head_timeout_ms;      /* a request head, once its first byte came */
+    uint64_t idle_timeout_ms;      /* a kept-alive connection between requests */
+    uint64_t proxy_timeout_ms;     /* silence while a response streams; caps X-Sandbox-Timeout */
     uint64_t response_header_timeout_ms; /* the wait for a response head (or X-Sandbox-Timeout) */
     uint64_t dial_timeout_ms;            /* one connect to an upstream */
     unsigned max_retries;                /* more dials after a failed one */

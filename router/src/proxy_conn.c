@@ -46,25 +46,32 @@ static bool write_all(int fd, const char *buf, size_t len, uint64_t timeout_ms)
     return true;
 }
 
-/* Answers a body of ours (JSON) and counts it. */
-static int reply(struct proxy_conn *c, unsigned status, const char *body, bool close)
+/* Answers a body of ours (JSON), with the head fields extra ("" or lines ending "\r\n"), and
+ * counts it. */
+static int reply_with(struct proxy_conn *c, unsigned status, const char *extra, const char *body,
+                      bool close)
 {
-    char head[256];
+    char head[320];
     size_t blen = strlen(body);
     int hlen = snprintf(head, sizeof(head),
                         "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: "
-                        "%zu\r\n%s\r\n",
+                        "%zu\r\n%s%s\r\n",
                         status,
                         status < 300   ? "OK"
                         : status < 500 ? "Refused"
                                        : "Error",
-                        blen, close ? "Connection: close\r\n" : "");
+                        blen, extra, close ? "Connection: close\r\n" : "");
 
     STAT_ADD(c->p, by_status[status / 100 % 6], 1);
     return write_all(c->cfd, head, (size_t)hlen, c->p->o.proxy_timeout_ms) &&
                    write_all(c->cfd, body, blen, c->p->o.proxy_timeout_ms)
                ? 0
                : -EPIPE;
+}
+
+static int reply(struct proxy_conn *c, unsigned status, const char *body, bool close)
+{
+    return reply_with(c, status, "", body, close);
 }
 
 int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool close)
@@ -283,6 +290,23 @@ static int preview(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_
     return rc;
 }
 
+/* A request whose sandbox could not be resolved: still waking up past the wake timeout (503 with
+ * Retry-After), gone, or the wake refused. */
+static void unresolved(struct proxy_conn *c, int rc, const char *msg)
+{
+    char body[600], extra[64];
+    size_t n = (size_t)snprintf(body, sizeof(body), "{\"detail\": \"");
+
+    for (; *msg && n < sizeof(body) - 8; msg++) /* the message may quote a name */
+        if (*msg == '"' || *msg == '\\')
+            n += (size_t)snprintf(body + n, sizeof(body) - n, "\\%c", *msg);
+        else if ((unsigned char)*msg >= 0x20)
+            body[n++] = *msg;
+    snprintf(body + n, sizeof(body) - n, "\"}\n");
+    snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", SBX_RESOLVER_RETRY_AFTER_S);
+    reply_with(c, rc == -ENOENT ? 404 : 503, rc == -ETIMEDOUT ? extra : "", body, true);
+}
+
 /* The target of a request from its X-Sandbox-* headers or its preview URL; answers the refusal
  * itself. *path is what to forward as the target (NULL: the request's own). */
 static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_target *t,
@@ -308,6 +332,22 @@ static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_ta
         return -EINVAL;
     }
     return 0;
+}
+
+/* Where t is (resolver.h); answers a failure itself. After the request's authorization: a
+ * refused one wakes nothing. May wait for a sandbox waking up: this thread is the
+ * connection's alone. */
+static bool resolve(struct proxy_conn *c, struct sbx_target *t)
+{
+    struct sbx_error err = {0};
+    int rc;
+
+    if (!c->p->o.resolver)
+        return true;
+    rc = sbx_resolver_resolve(c->p->o.resolver, t, false, UINT64_MAX, &err);
+    if (rc < 0)
+        unresolved(c, rc, err.msg);
+    return rc >= 0;
 }
 
 /* Has the upstream connection been closed (or sent something unasked) while it sat idle? */
@@ -349,6 +389,10 @@ static int relay(struct proxy_conn *c, const struct sbx_target *t, struct exchan
 
     for (int attempt = 0;; attempt++) {
         if ((rc = connect_upstream(c, t, &x->reused)) < 0) {
+            /* A cached address that proved dead is evicted: the caller resolves once more. */
+            if (c->p->o.resolver && !x->rerouted && attempt == 0 &&
+                sbx_resolver_dial_failed(c->p->o.resolver, t, rc))
+                return -EAGAIN;
             snprintf(detail, sizeof(detail), "Could not connect to the backend sandbox: %s", t->id);
             proxy_answer(c, 502, detail, true);
             return rc;
@@ -395,7 +439,7 @@ static bool prepare(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx
     x->head_request = m->method_len == 4 && memcmp(m->method, "HEAD", 4) == 0;
     x->head_wait_ms = head_wait(m, &c->p->o);
     x->req_done = x->req.kind == SBX_H1_BODY_NONE;
-    if (c->p->o.authz && !proxy_authorize(c, m, t, &pv, x))
+    if ((c->p->o.authz && !proxy_authorize(c, m, t, &pv, x)) || !resolve(c, t))
         return false;
     return build_request(c, m, t->host, &pv, x, head_len) == 0;
 }
@@ -449,6 +493,11 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
     c->up.woff = c->up.wend = head_len;
     STAT_ADD(c->p, inflight, 1);
     rc = relay(c, &t, &x);
+    if (rc == -EAGAIN) { /* nothing was sent, and m's bytes are still there: once more */
+        proxy_authz_done(&x);
+        x.rerouted = true;
+        rc = prepare(c, m, &t, &x, head_len) ? relay(c, &t, &x) : -EINVAL;
+    }
     proxy_authz_done(&x);
     STAT_SUB(c->p, inflight, 1);
     if (x.resp_state == EX_TUNNEL)

@@ -43,6 +43,7 @@ struct exchange {
     bool close_after;   /* the client connection ends with this response */
     bool keep_upstream; /* the upstream connection may serve another request */
     bool reused;        /* ufd served a request before this one */
+    bool rerouted;      /* resolved again after its cached address proved dead */
     int resp_state;     /* EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL */
     int status;         /* the response's, once its head came */
     uint64_t head_wait_ms;

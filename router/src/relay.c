@@ -19,6 +19,7 @@
 #define MAX_THREADS       16
 #define KEY_MAX           256 /* a routing key's value */
 #define MAX_AUTHZ_WAITING 64  /* calls whose authorization waits for the API server */
+#define MAX_WAKING        256 /* calls waiting for their sandbox to wake up */
 
 struct call;
 
@@ -31,9 +32,10 @@ struct tag {
 struct call {
     struct sbx_relay *r;
     pthread_mutex_t lock;
-    int refs;        /* one per batch in flight, and the handler's */
-    grpc_call *down; /* the client's call to us */
-    grpc_call *up;   /* ours to the sandbox */
+    int refs;            /* one per batch in flight, and the handler's */
+    grpc_call *down;     /* the client's call to us */
+    grpc_call *up;       /* ours to the sandbox */
+    struct sbx_target t; /* resolved */
     grpc_call_details details;
     grpc_metadata_array req_md;
     grpc_metadata *fwd;
@@ -64,6 +66,7 @@ struct sbx_relay {
     bool stopping; /* no more acceptors */
     uint64_t calls, refused;
     unsigned authz_waiting;
+    unsigned waking; /* threads resolving a call whose sandbox wakes up */
     struct tag t_shutdown;
     bool shut_down;
     bool down; /* sbx_relay_shutdown ran */
@@ -315,11 +318,25 @@ static void on_up_sent(struct call *c, bool ok)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* The sandbox's address never answered: gRPC's connection attempts failed, and not because the
+ * host refused (a live host: the reference router evicts only on dead ones). A call that reached
+ * the sandbox has its headers. */
+static bool dial_failed(struct call *c)
+{
+    const char *p = (const char *)GRPC_SLICE_START_PTR(c->status_details);
+    size_t n = GRPC_SLICE_LENGTH(c->status_details);
+
+    return c->status == GRPC_STATUS_UNAVAILABLE && c->up_initial.count == 0 &&
+           memmem(p, n, "ailed to connect", 16) && !memmem(p, n, "refused", 7);
+}
+
 static void on_up_status(struct call *c, bool ok)
 {
     (void)ok;
     pthread_mutex_lock(&c->lock);
     c->status_in = true;
+    if (c->r->o.resolver && dial_failed(c))
+        sbx_resolver_dial_failed(c->r->o.resolver, &c->t, -EHOSTUNREACH);
     maybe_finish(c);
     pthread_mutex_unlock(&c->lock);
 }
@@ -393,17 +410,105 @@ static void relay(struct call *c, grpc_channel *ch)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Relays an allowed call to its target. */
-static void route(struct call *c, const struct sbx_target *t)
+/* Relays the call to c->t, resolved. */
+static void relay_to(struct call *c)
 {
     struct sbx_error e = {0};
-    grpc_channel *ch = sbx_upstreams_get(c->r->ups, t->host, &e);
+    grpc_channel *ch = sbx_upstreams_get(c->r->ups, c->t.host, &e);
 
     if (!ch) {
         refuse(c, GRPC_STATUS_UNAVAILABLE, e.msg);
         return;
     }
     relay(c, ch);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Resolution (resolver.h): from the cache, inline; a sandbox that must wake up first is waited
+ * for on a thread of its own, or on the authorizer's when the call is already there. */
+
+static void refuse_unresolved(struct call *c, int rc, const char *msg)
+{
+    refuse(c, rc == -ENOENT ? GRPC_STATUS_NOT_FOUND : GRPC_STATUS_UNAVAILABLE, msg);
+}
+
+/* Milliseconds left before the call's deadline (at least 1), UINT64_MAX without one. */
+static uint64_t ms_left(struct call *c)
+{
+    gpr_timespec dl = gpr_convert_clock_type(c->details.deadline, GPR_CLOCK_MONOTONIC);
+    int64_t ms;
+
+    if (gpr_time_cmp(dl, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0)
+        return UINT64_MAX;
+    ms = gpr_time_to_millis(gpr_time_sub(dl, gpr_now(GPR_CLOCK_MONOTONIC)));
+    return ms > 0 ? (uint64_t)ms : 1;
+}
+
+static void *wake_thread(void *arg)
+{
+    struct call *c = arg;
+    struct sbx_relay *r = c->r;
+    struct sbx_error e = {0};
+    int rc = sbx_resolver_resolve(r->o.resolver, &c->t, true, ms_left(c), &e);
+
+    if (rc < 0)
+        refuse_unresolved(c, rc, e.msg);
+    else
+        relay_to(c);
+    pthread_mutex_lock(&r->lock);
+    r->waking--;
+    pthread_mutex_unlock(&r->lock);
+    call_unref(c); /* the last touch of r when this was the relay's last call */
+    return NULL;
+}
+
+static void wait_for_wake(struct call *c)
+{
+    struct sbx_relay *r = c->r;
+    pthread_attr_t attr;
+    pthread_t th;
+    bool room;
+
+    pthread_mutex_lock(&r->lock);
+    room = r->waking < MAX_WAKING;
+    r->waking += room;
+    pthread_mutex_unlock(&r->lock);
+    if (room) {
+        pthread_mutex_lock(&c->lock);
+        c->refs++; /* the thread's */
+        pthread_mutex_unlock(&c->lock);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        room = pthread_create(&th, &attr, wake_thread, c) == 0;
+        pthread_attr_destroy(&attr);
+        if (room)
+            return;
+        pthread_mutex_lock(&c->lock);
+        c->refs--;
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_lock(&r->lock);
+        r->waking--;
+        pthread_mutex_unlock(&r->lock);
+    }
+    refuse(c, GRPC_STATUS_UNAVAILABLE, "router: too many calls wait for sandboxes to wake up");
+}
+
+/* Resolves an allowed call's target and relays it; may_wait: not on a completion-queue thread,
+ * so a wake is waited for here. */
+static void route(struct call *c, const struct sbx_target *t, bool may_wait)
+{
+    struct sbx_error e = {0};
+    int rc = 0;
+
+    c->t = *t;
+    if (c->r->o.resolver)
+        rc = sbx_resolver_resolve(c->r->o.resolver, &c->t, true, may_wait ? ms_left(c) : 0, &e);
+    if (rc == -EWOULDBLOCK)
+        wait_for_wake(c);
+    else if (rc < 0)
+        refuse_unresolved(c, rc, e.msg);
+    else
+        relay_to(c);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -435,7 +540,8 @@ static grpc_status_code authz_status(int rc)
 
 /* Relays the call, or refuses it with the decision's status. */
 static void decided(struct call *c, const struct sbx_authz_req *req, const struct sbx_target *t,
-                    int rc, const struct sbx_authz_verdict *v, const struct sbx_error *e)
+                    int rc, const struct sbx_authz_verdict *v, const struct sbx_error *e,
+                    bool may_wait)
 {
     struct sbx_authz *a = c->r->o.authz;
     struct sbx_authz_forward f;
@@ -450,7 +556,7 @@ static void decided(struct call *c, const struct sbx_authz_req *req, const struc
     }
     sbx_authz_forward(a, req, v, &f);
     c->strip_auth = !f.keep_authorization && !f.set_authorization;
-    route(c, t);
+    route(c, t, may_wait);
 }
 
 static void *authz_thread(void *arg)
@@ -462,7 +568,7 @@ static void *authz_thread(void *arg)
     struct sbx_error e = {0};
     int rc = sbx_authz_check(r->o.authz, &d->req, true, &v, &e);
 
-    decided(c, &d->req, &d->t, rc, &v, &e);
+    decided(c, &d->req, &d->t, rc, &v, &e, true);
     free(d);
     pthread_mutex_lock(&r->lock);
     r->authz_waiting--;
@@ -541,7 +647,7 @@ static void authorize(struct call *c, const struct sbx_route_keys *k, const stru
     value_of(&c->req_md, "authorization", auth, AUTH_MAX, &req.authorization);
     rc = sbx_authz_check(r->o.authz, &req, false, &v, &e);
     if (rc != -EWOULDBLOCK)
-        decided(c, &req, t, rc, &v, &e);
+        decided(c, &req, t, rc, &v, &e, false);
     else if (!defer(c, &req, t))
         refuse(c, GRPC_STATUS_UNAVAILABLE, "router: too many calls wait for authorization");
 }
@@ -572,7 +678,7 @@ static void on_new(struct call *c, bool ok)
     if (r->o.authz)
         authorize(c, &k, &t);
     else
-        route(c, &t);
+        route(c, &t, false);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -748,6 +854,8 @@ void sbx_relay_shutdown(struct sbx_relay *r, uint64_t grace_ms)
         while (!r->shut_down && pthread_cond_timedwait(&r->idle, &r->lock, &until) != ETIMEDOUT)
             ;
         pthread_mutex_unlock(&r->lock);
+        if (r->o.resolver)
+            sbx_resolver_cancel(r->o.resolver); /* calls waiting for a wake end */
         grpc_server_cancel_all_calls(r->server);
         pthread_mutex_lock(&r->lock);
         while (!r->shut_down || r->live)

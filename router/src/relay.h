@@ -11,6 +11,7 @@
 
 #include "authz.h"
 #include "error.h"
+#include "resolver.h"
 #include "target.h"
 
 struct sbx_relay;
@@ -25,6 +26,10 @@ struct sbx_relay_opts {
      * relay). A decision the API server must make runs on a thread of its own, never on a
      * completion-queue thread; at most 64 wait at once, beyond that the call is UNAVAILABLE. */
     struct sbx_authz *authz;
+    /* Resolves each allowed call's target (NULL: the keys' address as sbx_target_parse gives
+     * it; borrowed). A call whose sandbox must wake up waits on a thread of its own (at most
+     * 256 at once, beyond that UNAVAILABLE); a dial that failed as a dead host's is reported. */
+    struct sbx_resolver *resolver;
 };
 
 /* Creates the relay's server; it listens on nothing: connections come by sbx_relay_add_fd. */

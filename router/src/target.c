@@ -85,6 +85,7 @@ int sbx_target_parse(const struct sbx_route_keys *k, int default_port,
     snprintf(t->ns, sizeof(t->ns), "%s", ns);
     snprintf(t->uid, sizeof(t->uid), "%s", k->uid ? k->uid : "");
     t->port = (int)port;
+    t->port_defaulted = !(k->port && *k->port);
     if (k->pod_ip && *k->pod_ip) {
         snprintf(t->pod_ip, sizeof(t->pod_ip), "%s", k->pod_ip);
         snprintf(t->host, sizeof(t->host), strchr(k->pod_ip, ':') ? "[%s]:%d" : "%s:%d", k->pod_ip,

@@ -17,7 +17,8 @@ struct sbx_route_keys {
 
 struct sbx_target {
     char id[64], ns[64], uid[64];
-    int port;                       /* 0: the protocol's default (the caller's) */
+    int port;                       /* the key's, else the caller's default */
+    bool port_defaulted;            /* no port key: a resolver may pick the Pod's named port */
     char pod_ip[48];                /* "" when not given */
     char host[SBX_TARGET_HOST_MAX]; /* "ip:port", "[ip6]:port" or "<id>.<ns>.svc.<domain>:port" */
 };

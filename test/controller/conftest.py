@@ -140,9 +140,14 @@ class Cluster:
         self.procs = {}
         make_pki(d)
         self.tokens = {name: secrets.token_hex(16)
-                       for name in ("admin", "controller", "scheduler", "kcm", "kwok", "nobody")}
+                       for name in ("admin", "controller", "scheduler", "kcm", "kwok", "nobody",
+                                    "router")}
         sa_user = f"system:serviceaccount:{CONTROLLER_NS}:{CONTROLLER_SA}"
+        router_user = f"system:serviceaccount:{CONTROLLER_NS}:sandboxd-router"
         rows = [
+            # sandboxd-router, bound by router/config's RBAC alone (test_router.py applies it).
+            f'{self.tokens["router"]},{router_user},router-uid,'
+            f'"system:serviceaccounts,system:serviceaccounts:{CONTROLLER_NS},system:authenticated"',
             f'{self.tokens["admin"]},admin,admin-uid,"system:masters"',
             f'{self.tokens["controller"]},{sa_user},controller-uid,'
             f'"system:serviceaccounts,system:serviceaccounts:{CONTROLLER_NS},system:authenticated"',

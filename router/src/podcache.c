@@ -1,0 +1,292 @@
+#include "podcache.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "object.h"
+
+#define SANDBOX_GROUP "agents.x-k8s.io"
+
+struct sbx_podcache {
+    pthread_rwlock_t lock;
+    json_t *by_uid;  /* uid -> {"ip", "ns", "name", "g", "h", "u"} */
+    json_t *by_name; /* "ns/name" -> uid */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* A Pod read */
+
+static const char *str(json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+/* "agents.x-k8s.io" or "agents.x-k8s.io/<version>". */
+static bool in_sandbox_group(const char *api_version)
+{
+    size_t n = strlen(SANDBOX_GROUP);
+
+    return api_version && !strncmp(api_version, SANDBOX_GROUP, n) &&
+           (api_version[n] == '\0' || api_version[n] == '/');
+}
+
+/* The UID of the Pod's controller ownerReference when it is a Sandbox, or NULL. */
+static const char *sandbox_uid(json_t *pod)
+{
+    json_t *ref;
+    size_t i;
+
+    json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, ref)
+    {
+        const char *kind = str(ref, "kind");
+        if (!json_is_true(json_object_get(ref, "controller")) || !kind || strcmp(kind, "Sandbox") ||
+            !in_sandbox_group(str(ref, "apiVersion")))
+            continue;
+        return str(ref, "uid");
+    }
+    return NULL;
+}
+
+/* The container port named name in any container, or 0. */
+static int named_port(json_t *pod, const char *name)
+{
+    json_t *c, *p;
+    size_t i, j;
+
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
+    {
+        json_array_foreach(json_object_get(c, "ports"), j, p)
+        {
+            const char *n = str(p, "name");
+            json_int_t v = json_integer_value(json_object_get(p, "containerPort"));
+            if (n && !strcmp(n, name) && v > 0 && v < 65536)
+                return (int)v;
+        }
+    }
+    return 0;
+}
+
+static bool copy(char *dst, size_t size, const char *s)
+{
+    return s && *s && snprintf(dst, size, "%s", s) < (int)size;
+}
+
+enum sbx_pod_kind sbx_pod_entry_from(json_t *pod, struct sbx_pod_entry *e)
+{
+    json_t *meta = json_object_get(pod, "metadata");
+    const char *ip = str(json_object_get(pod, "status"), "podIP");
+
+    memset(e, 0, sizeof(*e));
+    if (!copy(e->uid, sizeof(e->uid), sandbox_uid(pod)))
+        return SBX_POD_OTHER;
+    if (!sbx_is_ready(pod) || !copy(e->ip, sizeof(e->ip), ip) ||
+        !copy(e->ns, sizeof(e->ns), str(meta, "namespace")) ||
+        !copy(e->name, sizeof(e->name), str(meta, "name")))
+        return SBX_POD_UNROUTABLE;
+    e->grpc_port = named_port(pod, SBX_PORT_NAME_GRPC);
+    e->http_port = named_port(pod, SBX_PORT_NAME_HTTP);
+    e->unclaimed = json_object_get(json_object_get(meta, "labels"), SBX_POD_LABEL_POOL) != NULL;
+    return SBX_POD_ROUTABLE;
+}
+
+static void keep_ports(json_t *spec)
+{
+    static const char *const spec_keep[] = {"containers", NULL};
+    static const char *const c_keep[] = {"ports", NULL};
+    static const char *const p_keep[] = {"name", "containerPort", NULL};
+    json_t *c, *p;
+    size_t i, j;
+
+    sbx_json_keep(spec, spec_keep);
+    json_array_foreach(json_object_get(spec, "containers"), i, c)
+    {
+        sbx_json_keep(c, c_keep);
+        json_array_foreach(json_object_get(c, "ports"), j, p) sbx_json_keep(p, p_keep);
+    }
+}
+
+void sbx_pod_project(json_t *pod)
+{
+    static const char *const top[] = {"metadata", "spec", "status", NULL};
+    static const char *const meta_keep[] = {
+        "name", "namespace", "uid", "labels", "ownerReferences", "resourceVersion", NULL};
+    static const char *const label_keep[] = {SBX_POD_LABEL_POOL, NULL};
+    static const char *const status_keep[] = {"podIP", "conditions", NULL};
+    json_t *meta = json_object_get(pod, "metadata"), *status = json_object_get(pod, "status");
+    json_t *ready = sbx_condition(pod, "Ready");
+
+    sbx_json_keep(pod, top);
+    sbx_json_keep(meta, meta_keep);
+    if (json_is_object(json_object_get(meta, "labels")))
+        sbx_json_keep(json_object_get(meta, "labels"), label_keep);
+    if (json_is_object(json_object_get(pod, "spec")))
+        keep_ports(json_object_get(pod, "spec"));
+    if (!json_is_object(status))
+        return;
+    json_incref(ready);
+    sbx_json_keep(status, status_keep);
+    json_object_set_new(status, "conditions", ready ? json_pack("[o]", ready) : json_array());
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The map */
+
+struct sbx_podcache *sbx_podcache_new(void)
+{
+    struct sbx_podcache *pc = calloc(1, sizeof(*pc));
+
+    if (!pc)
+        return NULL;
+    pc->by_uid = json_object();
+    pc->by_name = json_object();
+    if (!pc->by_uid || !pc->by_name) {
+        sbx_podcache_free(pc);
+        return NULL;
+    }
+    pthread_rwlock_init(&pc->lock, NULL);
+    return pc;
+}
+
+void sbx_podcache_free(struct sbx_podcache *pc)
+{
+    if (!pc)
+        return;
+    json_decref(pc->by_uid);
+    json_decref(pc->by_name);
+    pthread_rwlock_destroy(&pc->lock);
+    free(pc);
+}
+
+static void name_key(char buf[136], const char *ns, const char *name)
+{
+    snprintf(buf, 136, "%s/%s", ns, name);
+}
+
+/* Drops the entry of uid and its name key when that still names uid. Under the write lock. */
+static bool remove_locked(struct sbx_podcache *pc, const char *uid)
+{
+    json_t *prev = json_object_get(pc->by_uid, uid);
+    char k[136];
+
+    if (!prev)
+        return false;
+    name_key(k, str(prev, "ns"), str(prev, "name"));
+    if (str(pc->by_name, k) && !strcmp(str(pc->by_name, k), uid))
+        json_object_del(pc->by_name, k);
+    json_object_del(pc->by_uid, uid);
+    return true;
+}
+
+void sbx_podcache_upsert(struct sbx_podcache *pc, const struct sbx_pod_entry *e)
+{
+    json_t *v = json_pack("{s:s, s:s, s:s, s:i, s:i, s:b}", "ip", e->ip, "ns", e->ns, "name",
+                          e->name, "g", e->grpc_port, "h", e->http_port, "u", e->unclaimed);
+    char k[136];
+
+    if (!v)
+        return;
+    name_key(k, e->ns, e->name);
+    pthread_rwlock_wrlock(&pc->lock);
+    remove_locked(pc, e->uid);
+    json_object_set_new(pc->by_uid, e->uid, v);
+    if (!e->unclaimed)
+        json_object_set_new(pc->by_name, k, json_string(e->uid));
+    pthread_rwlock_unlock(&pc->lock);
+}
+
+bool sbx_podcache_remove(struct sbx_podcache *pc, const char *uid)
+{
+    bool had;
+
+    pthread_rwlock_wrlock(&pc->lock);
+    had = remove_locked(pc, uid);
+    pthread_rwlock_unlock(&pc->lock);
+    return had;
+}
+
+void sbx_podcache_apply(struct sbx_podcache *pc, enum sbx_event ev, json_t *pod)
+{
+    struct sbx_pod_entry e;
+    enum sbx_pod_kind kind = sbx_pod_entry_from(pod, &e);
+
+    if (kind == SBX_POD_OTHER)
+        return;
+    if (ev == SBX_EVENT_DELETED || kind == SBX_POD_UNROUTABLE)
+        sbx_podcache_remove(pc, e.uid);
+    else
+        sbx_podcache_upsert(pc, &e);
+}
+
+/* Reads the stored value v of uid into ret. */
+static void entry_of(const char *uid, json_t *v, struct sbx_pod_entry *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    copy(ret->uid, sizeof(ret->uid), uid);
+    copy(ret->ip, sizeof(ret->ip), str(v, "ip"));
+    copy(ret->ns, sizeof(ret->ns), str(v, "ns"));
+    copy(ret->name, sizeof(ret->name), str(v, "name"));
+    ret->grpc_port = (int)json_integer_value(json_object_get(v, "g"));
+    ret->http_port = (int)json_integer_value(json_object_get(v, "h"));
+    ret->unclaimed = json_is_true(json_object_get(v, "u"));
+}
+
+bool sbx_podcache_get(struct sbx_podcache *pc, const char *uid, struct sbx_pod_entry *ret)
+{
+    json_t *v;
+
+    pthread_rwlock_rdlock(&pc->lock);
+    v = json_object_get(pc->by_uid, uid);
+    if (v)
+        entry_of(uid, v, ret);
+    pthread_rwlock_unlock(&pc->lock);
+    return v != NULL;
+}
+
+bool sbx_podcache_get_by_name(struct sbx_podcache *pc, const char *ns, const char *name,
+                              struct sbx_pod_entry *ret)
+{
+    const char *uid;
+    json_t *v = NULL;
+    char k[136];
+
+    name_key(k, ns, name);
+    pthread_rwlock_rdlock(&pc->lock);
+    uid = str(pc->by_name, k);
+    if (uid && (v = json_object_get(pc->by_uid, uid)))
+        entry_of(uid, v, ret);
+    pthread_rwlock_unlock(&pc->lock);
+    return v != NULL;
+}
+
+bool sbx_podcache_invalidate_by_name(struct sbx_podcache *pc, const char *ns, const char *name,
+                                     const char *ip)
+{
+    const char *uid;
+    json_t *v;
+    bool done = false;
+    char k[136], u[64] = "";
+
+    name_key(k, ns, name);
+    pthread_rwlock_wrlock(&pc->lock);
+    uid = str(pc->by_name, k);
+    if (uid && (v = json_object_get(pc->by_uid, uid)) && !strcmp(str(v, "ip"), ip)) {
+        copy(u, sizeof(u), uid); /* uid is the index's, which the removal frees */
+        done = remove_locked(pc, u);
+    } else if (uid && !v) {
+        json_object_del(pc->by_name, k); /* a dangling key (never made): fail fast to DNS */
+    }
+    pthread_rwlock_unlock(&pc->lock);
+    return done;
+}
+
+size_t sbx_podcache_len(struct sbx_podcache *pc)
+{
+    size_t n;
+
+    pthread_rwlock_rdlock(&pc->lock);
+    n = json_object_size(pc->by_uid);
+    pthread_rwlock_unlock(&pc->lock);
+    return n;
+}
