@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from conftest import (CONFIG, REPO, RUNTIME_CLASS, TOOLS, Proc, controller_bin, established,
-                      load_manifests, wait_until, write_kubeconfig)
+                      free_port, load_manifests, wait_until, write_kubeconfig)
 from kube import ApiError
 
 CHART = REPO / "deploy" / "helm" / "sandboxd"
@@ -31,6 +31,7 @@ EXT = "extensions.agents.x-k8s.io/v1beta1"
 DEPLOY = ("apps/v1", "Deployment")
 WAIT = 60
 SA = "sandboxd-controller"
+ROUTER_CONFIG = REPO / "router" / "config"
 # Metric names the PrometheusRule's alerts read; the running controller must expose each.
 ALERT_METRICS = ("sandboxd_controller_leader", "sandboxd_controller_claim_ready_seconds_bucket",
                  "sandboxd_controller_api_throttled_total",
@@ -103,6 +104,8 @@ def test_chart_copies_are_controller_configs():
         assert chart[name] == data, f"crds/{name} differs from controller/config: {hint}"
     assert (CHART / "files/rbac/role.yaml").read_bytes() == \
         (CONFIG / "rbac/role.yaml").read_bytes(), hint
+    assert (CHART / "files/rbac/router-role.yaml").read_bytes() == \
+        (ROUTER_CONFIG / "rbac/role.yaml").read_bytes(), hint
 
 
 def test_chart_grants_what_the_manifests_grant():
@@ -170,8 +173,8 @@ def test_values_typos_refused():
     assert "podDisruptionBudget" in refused("podDisruptionBudget.maxUnavailble=1")
     # The reference's flags that ours lack are refused, not silently dropped.
     assert "enableWarmPoolEviction" in refused("controller.enableWarmPoolEviction=true")
-    # The router is not deployed yet: the place for it says so.
-    assert "router is not part of this chart yet" in refused("router.enabled=true")
+    assert "replicas" in refused("router.replicas=3")
+    assert "wakeTimeout" in refused("router.wakeTimeout=a minute")
 
 
 def test_values_become_flags_the_controller_takes(tmp_path):
@@ -267,7 +270,7 @@ def test_rendered_objects_pass_server_side_validation(cluster, namespace):
                     "exampleTemplate.enabled=true", f"exampleTemplate.namespace={namespace}",
                     "podDisruptionBudget.minAvailable=1", "podAnnotations.a=b", "podLabels.team=x",
                     "imagePullSecrets[0].name=regcred", "nodeSelector.type=kwok",
-                    "tolerations[0].operator=Exists")
+                    "tolerations[0].operator=Exists", "router.enabled=true")
     assert {o["kind"] for o in objs} >= {"Deployment", "Service", "ServiceAccount", "ClusterRole",
                                          "ClusterRoleBinding", "Role", "RoleBinding",
                                          "PodDisruptionBudget", "SandboxTemplate"}
@@ -347,11 +350,11 @@ def image_controller():
     return os.environ.get("SANDBOXD_CONTROLLER_STATIC_BIN") or controller_bin()
 
 
-def sa_kubeconfig(cluster, ns, path):
+def sa_kubeconfig(cluster, ns, path, sa=SA):
     """A kubeconfig with a token of the chart's service account (TokenRequest API). The server
     is named `localhost`: the static controller resolves it without NSS (c-ares, /etc/hosts)."""
     tr = cluster.admin.request(
-        "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{SA}/token",
+        "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
          "spec": {"expirationSeconds": 3600}})
     return write_kubeconfig(path, f"https://localhost:{cluster.port}", cluster.ca,
@@ -544,3 +547,88 @@ def test_values_typo_refused_by_install(cluster, helm):
     assert p.returncode != 0 and "sandboxConcurentWorkers" in p.stderr, p.stderr
     assert helm("status", "typo", "--namespace", ns, check=False).returncode != 0
     assert not cluster.admin.list(*DEPLOY, ns)
+
+
+def router_bin(static=False):
+    b = (static and os.environ.get("SANDBOXD_ROUTER_STATIC_BIN")) or \
+        os.environ.get("SANDBOXD_ROUTER_BIN")
+    if not b or not os.access(b, os.X_OK):
+        pytest.skip("SANDBOXD_ROUTER_BIN is not set to the built sandboxd-router")
+    return b
+
+
+def test_router_rendered_when_enabled_as_router_config():
+    """router.enabled: router/config's objects (its role's rules byte for byte), one Service
+    port, the values as the router's flags, which it parses; off by default."""
+    assert not [o for o in template() if "sandboxd-router" in o["metadata"]["name"]]
+    objs = template("router.enabled=true", "router.cacheNamespace=team-a",
+                    "router.wakeTimeout=90s", "router.clusterDomain=corp.local",
+                    "router.extraArgs[0]=--grpc-threads=8")
+    dep = find(objs, "Deployment", "sandboxd-router")
+    spec = dep["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    for flag in ("--cache-enabled", "--cache-namespace=team-a", "--wake-timeout=90s",
+                 "--cluster-domain=corp.local", "--grpc-threads=8", "--http-bind-address=:8080",
+                 "--health-probe-bind-address=:8081", "--metrics-bind-address=:9090"):
+        assert flag in args, args
+    run = subprocess.run([router_bin(), *args, "--help"], capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0 and run.stdout.startswith("usage: sandboxd-router"), \
+        run.stdout + run.stderr
+    assert spec["serviceAccountName"] == "sandboxd-router"
+    assert spec["securityContext"] == find(template(), "Deployment")["spec"]["template"]["spec"][
+        "securityContext"]
+    name = "sandboxd-router-sandboxd-system-rel"
+    rules = [o for o in yaml.safe_load_all((ROUTER_CONFIG / "rbac/role.yaml").read_text())
+             if o][0]["rules"]
+    assert find(objs, "ClusterRole", name)["rules"] == rules
+    assert find(objs, "ClusterRoleBinding", name)["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sandboxd-router", "namespace": "sandboxd-system"}]
+    svc = find(objs, "Service", "sandboxd-router")
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "http")]
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    pdb = find(objs, "PodDisruptionBudget", "sandboxd-router")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    # The controller's objects select none of the router's pods.
+    ctl = find(objs, "Service", "sandboxd-controller")["spec"]["selector"]
+    assert not ctl.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    # Cache off: no flag, no token mounted.
+    spec = find(template("router.enabled=true", "router.cacheEnabled=false"), "Deployment",
+                "sandboxd-router")["spec"]["template"]["spec"]
+    assert "--cache-enabled" not in spec["containers"][0]["args"]
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_router_runs_with_the_charts_rights(cluster, namespace, tmp_path):
+    """The image's router (the static one where the build has it) with the Deployment's
+    arguments and a token of the chart's router service account: its cache lists Pods and
+    Sandboxes with exactly the chart's RBAC, so it turns ready."""
+    objs = template("namespace.create=false", f"namespace.name={namespace}",
+                    "router.enabled=true", f"router.cacheNamespace={namespace}")
+    for o in objs:
+        if "sandboxd-router" in o["metadata"]["name"] and o["kind"] in (
+                "ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+            cluster.admin.apply(o)
+    kubeconfig = sa_kubeconfig(cluster, namespace, tmp_path / "router.kubeconfig",
+                               sa="sandboxd-router")
+    args = find(objs, "Deployment", "sandboxd-router")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    probe = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    p = Proc(f"router-chart-{namespace}", [
+        router_bin(static=True), *args, "--http-bind-address=127.0.0.1:0",
+        f"--health-probe-bind-address=127.0.0.1:{probe}", "--metrics-bind-address=",
+        f"--kubeconfig={kubeconfig}"], cluster.dir, env=env)
+    try:
+        def ready():
+            assert p.alive(), p.tail()
+            conn = http.client.HTTPConnection("127.0.0.1", probe, timeout=5)
+            try:
+                conn.request("GET", "/readyz")
+                return conn.getresponse().status == 200
+            finally:
+                conn.close()
+        wait_until(ready, 60, what="the chart's router ready")
+    finally:
+        assert p.stop() == 0, p.tail()

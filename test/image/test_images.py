@@ -63,48 +63,77 @@ def controller_static_bin():
     return Path(b)
 
 
-def test_controller_static_binary(tmp_path):
-    """sandboxd-controller-static needs nothing of its tree: no loader, no library, no shell. It
-    runs chrooted into a directory that holds it alone, as 65532."""
-    b = controller_static_bin()
+def alone(tmp_path, b, prog, *args):
+    """b, static (no loader, no library, no shell needed), run chrooted into a directory that
+    holds it alone as /prog, as 65532: --help, then args with an empty environment, which must
+    fail saying it is not in a cluster (no kubeconfig nor service account) rather than crash."""
     headers = subprocess.run(["readelf", "-lW", str(b)], capture_output=True, text=True,
                              check=True).stdout
     assert not re.search(r"\n +(INTERP|DYNAMIC) ", headers), headers
     chroot = need_tool("chroot")
     root = tmp_path / "root"
     root.mkdir()
-    (root / "sandboxd-controller").write_bytes(b.read_bytes())
-    (root / "sandboxd-controller").chmod(0o755)
-    run = subprocess.run([chroot, "--userspec=65532:65532", str(root), "/sandboxd-controller",
-                          "--help"], capture_output=True, text=True, timeout=30)
-    assert run.returncode == 0 and run.stdout.startswith("usage: sandboxd-controller"), run
-    # Without a kubeconfig nor a service account it says so and exits, rather than crashing.
-    run = subprocess.run([chroot, "--userspec=65532:65532", str(root), "/sandboxd-controller"],
+    (root / prog).write_bytes(b.read_bytes())
+    (root / prog).chmod(0o755)
+    run = subprocess.run([chroot, "--userspec=65532:65532", str(root), f"/{prog}", "--help"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and run.stdout.startswith(f"usage: {prog}"), run
+    run = subprocess.run([chroot, "--userspec=65532:65532", str(root), f"/{prog}", *args],
                          capture_output=True, text=True, timeout=30, env={})
     assert run.returncode != 0 and "not in a cluster" in run.stderr, run
 
 
-def test_controller_image(podman, static_bin, tmp_path):
-    """controller.Containerfile around the static controller of this build, built by build.sh:
-    its files are the binary and the CA bundle, nothing else (no shell, no library), user
-    65532:65532; it runs."""
-    controller = controller_static_bin()
-    tag = f"test-controller-{os.getpid()}"
-    build_images(static_bin, tag, "--controller-bin", str(controller))
-    images = [f"localhost/sandboxd-controller:{tag}", f"localhost/sandboxd:{tag}"]
+def test_controller_static_binary(tmp_path):
+    """sandboxd-controller-static needs nothing of its tree."""
+    alone(tmp_path, controller_static_bin(), "sandboxd-controller")
+
+
+def app_image(podman, static_bin, name, binary):
+    """NAME.Containerfile around binary, built by build.sh (--NAME-bin): its files are the
+    binary and the CA bundle, nothing else (no shell, no library), user 65532:65532; it runs."""
+    tag = f"test-{name}-{os.getpid()}"
+    build_images(static_bin, tag, f"--{name}-bin", str(binary))
+    prog = f"sandboxd-{name}"
+    images = [f"localhost/{prog}:{tag}", f"localhost/sandboxd:{tag}"]
     try:
         cfg = json.loads(podman("image", "inspect", images[0]).stdout)[0]["Config"]
-        assert cfg["Labels"]["org.opencontainers.image.title"] == "sandboxd-controller"
+        assert cfg["Labels"]["org.opencontainers.image.title"] == prog
         assert cfg["User"] == "65532:65532"
-        assert cfg["Entrypoint"] == ["/sandboxd-controller"]
+        assert cfg["Entrypoint"] == [f"/{prog}"]
         run = podman("run", "--rm", "--read-only", "--cap-drop=all", images[0], "--help")
-        assert run.stdout.startswith("usage: sandboxd-controller"), run.stdout
+        assert run.stdout.startswith(f"usage: {prog}"), run.stdout
         root = Path(podman("image", "mount", images[0]).stdout.strip())
         try:
             files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
-            assert files == ["etc/ssl/certs/ca-certificates.crt", "sandboxd-controller"], files
-            assert (root / "sandboxd-controller").read_bytes() == controller.read_bytes()
+            assert files == ["etc/ssl/certs/ca-certificates.crt", prog], files
+            assert (root / prog).read_bytes() == binary.read_bytes()
         finally:
             podman("image", "unmount", images[0], check=False)
     finally:
         podman("rmi", *images, check=False)
+
+
+def test_controller_image(podman, static_bin):
+    """controller.Containerfile around the static controller of this build."""
+    app_image(podman, static_bin, "controller", controller_static_bin())
+
+
+def router_static_bin():
+    b = os.environ.get("SANDBOXD_ROUTER_STATIC_BIN")
+    if not b:
+        pytest.skip("SANDBOXD_ROUTER_STATIC_BIN is not set (CTest sets it to "
+                    "sandboxd-router-static where scripts/static-deps.sh's libraries are)")
+    return Path(b)
+
+
+def test_router_static_binary(tmp_path):
+    """sandboxd-router-static needs nothing of its tree either; its cache on, it needs a
+    cluster."""
+    alone(tmp_path, router_static_bin(), "sandboxd-router", "--cache-enabled",
+          "--http-bind-address=127.0.0.1:0", "--health-probe-bind-address=",
+          "--metrics-bind-address=")
+
+
+def test_router_image(podman, static_bin):
+    """router.Containerfile around the static router of this build."""
+    app_image(podman, static_bin, "router", router_static_bin())

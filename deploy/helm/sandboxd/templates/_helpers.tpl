@@ -72,18 +72,55 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/* The rules of the kind (ClusterRole or Role) in files/rbac/role.yaml, the copy of
-controller/config/rbac/role.yaml: the chart grants what the kustomize manifests grant. */}}
+controller/config/rbac/role.yaml (or in .file: files/rbac/router-role.yaml, the router's): the
+chart grants what the kustomize manifests grant. */}}
 {{- define "sandboxd.rules" -}}
 {{- $kind := .kind -}}
+{{- $file := default "files/rbac/role.yaml" .file -}}
 {{- $found := list -}}
-{{- range (.root.Files.Get "files/rbac/role.yaml" | splitList "\n---") }}
+{{- range (.root.Files.Get $file | splitList "\n---") }}
 {{- $o := fromYaml . }}
 {{- if eq (toString $o.kind) $kind }}
 {{- $found = append $found $o.rules }}
 {{- end }}
 {{- end }}
 {{- if ne (len $found) 1 }}
-{{- fail (printf "files/rbac/role.yaml holds %d %s, not one" (len $found) $kind) }}
+{{- fail (printf "%s holds %d %s, not one" $file (len $found) $kind) }}
 {{- end }}
 {{- toYaml (first $found) }}
+{{- end }}
+
+{{/* The router's selector labels (its Deployment's, Service's and PDB's). */}}
+{{- define "sandboxd.routerSelectorLabels" -}}
+app.kubernetes.io/name: sandboxd-router
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The router's arguments: its ports, the cache, and each value of `router` that is set, as
+the flag it names. */}}
+{{- define "sandboxd.routerArgs" -}}
+{{- $r := .Values.router -}}
+{{- $flags := list
+  (list "cacheNamespace" "cache-namespace")
+  (list "wakeTimeout" "wake-timeout")
+  (list "clusterDomain" "cluster-domain")
+  (list "shutdownTimeout" "shutdown-timeout")
+  (list "logLevel" "log-level")
+  (list "logFormat" "log-format")
+-}}
+- --http-bind-address=:{{ $r.port }}
+- --health-probe-bind-address=:{{ $r.probePort }}
+- --metrics-bind-address=:{{ $r.metricsPort }}
+{{- if $r.cacheEnabled }}
+- --cache-enabled
+{{- end }}
+{{- range $flags }}
+{{- $v := index $r (index . 0) }}
+{{- if not (or (kindIs "invalid" $v) (eq (toString $v) "")) }}
+- --{{ index . 1 }}={{ $v }}
+{{- end }}
+{{- end }}
+{{- range $r.extraArgs }}
+- {{ . | quote }}
+{{- end }}
 {{- end }}
