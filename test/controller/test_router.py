@@ -413,3 +413,20 @@ def test_a_sandbox_not_ready_in_time_is_unavailable(cluster, namespace, routers,
     assert status == 503 and headers.get("Retry-After") == "5", (status, headers, body)
     assert "waking up" in json.loads(body)["detail"], body
     assert r.metric("sandbox_router_wake_timeouts_total") == 2
+
+
+def test_a_refused_request_wakes_nothing(cluster, namespace, routers, start_controller, tmp_path):
+    """Authorization comes first: without a token a scoped-token router refuses, over gRPC and
+    HTTP, and the sandbox stays Suspended."""
+    k = cluster.admin
+    start_controller()
+    wake_site(k, namespace, "guarded", new_ip())
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 40)
+    r = routers("--authz-mode=scoped-token", f"--authz-scoped-token-secret-file={secret}")
+    wait_until(r.ready, 30, what="router ready")
+    out = r.mark(id="guarded", namespace=namespace)
+    assert "Unauthenticated" in out, out
+    assert r.fetch(id="guarded", namespace=namespace)[0] == 401
+    assert k.get(*SB, namespace, "guarded")["spec"]["operatingMode"] == "Suspended"
+    assert r.metric("sandbox_router_wakes_total") == 0
