@@ -4,6 +4,11 @@
 //	c, err := sandboxd.New("127.0.0.1", sandboxd.WithToken(tok))
 //	defer c.Close()
 //	res, err := c.Run(ctx, []string{"echo", "hi"})
+//
+// Through a sandboxd-router, many sandboxes share one connection (Router):
+//
+//	r, err := sandboxd.NewRouter("http://router:8080")
+//	c, err := r.Sandbox("my-sandbox", sandboxd.WithNamespace("team-a"))
 package sandboxd
 
 import (
@@ -16,6 +21,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -34,6 +40,11 @@ type Client struct {
 	base    string
 	token   string
 	timeout time.Duration
+	// Through a Router: the routing keys of each gRPC call (metadata pairs) and of each HTTP
+	// request, and the router's connection, which Close leaves open.
+	grpcRoute []string
+	httpRoute http.Header
+	shared    bool
 }
 
 type config struct {
@@ -47,6 +58,7 @@ type config struct {
 	timeout    time.Duration
 	httpClient *http.Client
 	dialOpts   []grpc.DialOption
+	route      route
 }
 
 // Option configures New.
@@ -85,15 +97,9 @@ func WithDialOptions(o ...grpc.DialOption) Option {
 // New connects to the sandboxd on host (gRPC 9090, REST 8080 unless told otherwise). The
 // gRPC connection is made lazily; New fails only on bad settings.
 func New(host string, opts ...Option) (*Client, error) {
-	cfg := config{grpcPort: 9090, restPort: 8080, timeout: 30 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.timeout <= 0 {
-		return nil, fmt.Errorf("sandboxd: timeout must be positive")
-	}
-	if !cfg.tokenSet {
-		cfg.token = os.Getenv("SANDBOXD_TOKEN")
+	cfg, err := configure(config{grpcPort: 9090, restPort: 8080, timeout: 30 * time.Second}, opts)
+	if err != nil {
+		return nil, err
 	}
 	if host == "" {
 		host = "127.0.0.1"
@@ -109,38 +115,68 @@ func New(host string, opts ...Option) (*Client, error) {
 	if base == "" {
 		base = "http://" + net.JoinHostPort(host, fmt.Sprint(cfg.restPort))
 	}
-	dial := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-	}, cfg.dialOpts...)
+	dial := append(dialOptions(insecure.NewCredentials()), cfg.dialOpts...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd: %w", err)
 	}
-	hc := cfg.httpClient
-	if hc == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.Proxy = nil // a sandbox address is never reached through an environment proxy
-		hc = &http.Client{Transport: tr}
-	}
 	return &Client{
 		conn: conn, proc: pb.NewProcessServiceClient(conn), jobs: xpb.NewProcessesClient(conn),
-		files: fpb.NewFilesClient(conn), http: hc,
+		files: fpb.NewFilesClient(conn), http: httpClient(cfg.httpClient),
 		base: strings.TrimRight(base, "/"), token: cfg.token, timeout: cfg.timeout,
 	}, nil
 }
 
+// configure applies opts to cfg: a positive timeout, the token ($SANDBOXD_TOKEN unless set).
+func configure(cfg config, opts []Option) (config, error) {
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.timeout <= 0 {
+		return cfg, fmt.Errorf("sandboxd: timeout must be positive")
+	}
+	if !cfg.tokenSet {
+		cfg.token = os.Getenv("SANDBOXD_TOKEN")
+	}
+	return cfg, nil
+}
+
+// dialOptions are the gRPC settings of every connection: its credentials, 64 MiB messages.
+func dialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+	}
+}
+
+// httpClient is hc, or one of our own that never goes through an environment proxy.
+func httpClient(hc *http.Client) *http.Client {
+	if hc != nil {
+		return hc
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // a sandbox address is never reached through an environment proxy
+	return &http.Client{Transport: tr}
+}
+
 // Close closes the gRPC connection (streams still open end, and the daemon kills their
-// processes) and idle HTTP connections.
+// processes) and idle HTTP connections. A client of a Router leaves the Router's connection
+// open (Router.Close closes it).
 func (c *Client) Close() error {
+	if c.shared {
+		return nil
+	}
 	c.http.CloseIdleConnections()
 	return c.conn.Close()
 }
 
-// rpcCtx adds the token and, when ctx has no deadline, the client's timeout.
+// rpcCtx adds the token, the routing keys and, when ctx has no deadline, the client's timeout.
 func (c *Client) rpcCtx(ctx context.Context, bounded bool) (context.Context, context.CancelFunc) {
 	if c.token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
+	}
+	if len(c.grpcRoute) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, c.grpcRoute...)
 	}
 	if _, ok := ctx.Deadline(); bounded && !ok {
 		return context.WithTimeout(ctx, c.timeout)

@@ -126,6 +126,9 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	for k, v := range c.httpRoute {
+		req.Header[k] = v
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, transportError(req.Method+" "+req.URL.Path, err)

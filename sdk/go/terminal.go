@@ -127,7 +127,10 @@ func (c *Client) wsURL(path string) string {
 // output begins.
 func (t *Terminal) open(ctx context.Context, path string) error {
 	d := websocket.Dialer{HandshakeTimeout: t.c.timeout, ReadBufferSize: 32 << 10, WriteBufferSize: 32 << 10}
-	h := http.Header{}
+	h := t.c.httpRoute.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
 	if t.c.token != "" {
 		h.Set("Authorization", "Bearer "+t.c.token)
 	}

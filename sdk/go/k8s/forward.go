@@ -22,14 +22,17 @@ import (
 
 // How a Lease reaches its sandboxd (Config.Connect).
 const (
-	// ConnectAuto dials the pod IP inside a pod or when it answers within ProbeTimeout, else
-	// opens a port-forward.
+	// ConnectAuto is ConnectRouter when Config.Router is set; else it dials the pod IP inside
+	// a pod or when it answers within ProbeTimeout, else opens a port-forward.
 	ConnectAuto = "auto"
 	// ConnectPodIP dials the pod IP: in the cluster, or wherever pod IPs are routed.
 	ConnectPodIP = "pod-ip"
 	// ConnectPortForward listens on 127.0.0.1 and carries each connection through the API
 	// server's pods/portforward subresource (as kubectl port-forward): outside the cluster.
 	ConnectPortForward = "port-forward"
+	// ConnectRouter goes through the sandboxd-router at Config.Router, by the sandbox's name
+	// and namespace; the leases of a Client share one connection to it.
+	ConnectRouter = "router"
 )
 
 // ProbeTimeout is how long ConnectAuto waits for the pod IP to answer.
@@ -37,11 +40,11 @@ const ProbeTimeout = time.Second
 
 func validConnect(mode string) error {
 	switch mode {
-	case ConnectAuto, ConnectPodIP, ConnectPortForward:
+	case ConnectAuto, ConnectPodIP, ConnectPortForward, ConnectRouter:
 		return nil
 	}
 	return &sandboxd.Error{Code: "INVALID_ARGUMENT",
-		Message: fmt.Sprintf("connect must be auto, pod-ip or port-forward, not %q", mode)}
+		Message: fmt.Sprintf("connect must be auto, pod-ip, port-forward or router, not %q", mode)}
 }
 
 // Forward is an open port-forward to a sandbox's gRPC and REST ports on 127.0.0.1.
@@ -124,9 +127,14 @@ func (l *Lease) podIPAnswers() bool {
 }
 
 // Endpoint is the host and ports to dial, as Config.Connect says; with a port-forward, the
-// local listeners it opened (the Lease's Close closes them). The lease must be Ready.
+// local listeners it opened (the Lease's Close closes them). The lease must be Ready. Through
+// a router there is none to dial (Connect goes through the router).
 func (l *Lease) Endpoint(ctx context.Context) (host string, grpcPort, restPort int, err error) {
 	mode := l.c.cfg.Connect
+	if mode == ConnectRouter {
+		return "", 0, 0, &sandboxd.Error{Code: "FAILED_PRECONDITION",
+			Message: "connected through a router: no address to dial (use Connect)"}
+	}
 	if mode == ConnectAuto {
 		mode = ConnectPortForward
 		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" || l.podIPAnswers() {

@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,12 +62,15 @@ const (
 // namespace (in a pod, the service account's; else "default"). GRPCPort/RESTPort are used
 // when the pod's ports cannot be read (default 9090/8080); Timeout bounds each API call
 // (default 30 s) and is the connection's timeout. Connect says how a Lease reaches its
-// sandboxd: ConnectAuto (the default), ConnectPodIP or ConnectPortForward.
+// sandboxd: ConnectAuto (the default), ConnectPodIP, ConnectPortForward or ConnectRouter;
+// Router is the sandboxd-router's URL (default $SANDBOXD_ROUTER), with which ConnectAuto
+// goes through it.
 type Config struct {
 	Kubeconfig, Context, Namespace string
 	GRPCPort, RESTPort             int
 	Timeout                        time.Duration
 	Connect                        string
+	Router                         string
 }
 
 // Client claims, creates, finds and deletes sandboxes.
@@ -74,6 +79,9 @@ type Client struct {
 	rest *rest.Config
 	ns   string
 	cfg  Config
+
+	mu     sync.Mutex
+	router *sandboxd.Router // made by the first lease that connects through it
 }
 
 // New makes a Client from the kubeconfig (or the in-cluster config).
@@ -83,6 +91,16 @@ func New(cfg Config) (*Client, error) {
 	}
 	if err := validConnect(cfg.Connect); err != nil {
 		return nil, err
+	}
+	if cfg.Router == "" {
+		cfg.Router = os.Getenv("SANDBOXD_ROUTER")
+	}
+	if cfg.Connect == ConnectAuto && cfg.Router != "" {
+		cfg.Connect = ConnectRouter
+	}
+	if cfg.Connect == ConnectRouter && cfg.Router == "" {
+		return nil, &sandboxd.Error{Code: "INVALID_ARGUMENT",
+			Message: "connect router needs the router's URL (Config.Router or $SANDBOXD_ROUTER)"}
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if cfg.Kubeconfig != "" {
@@ -118,6 +136,37 @@ func New(cfg Config) (*Client, error) {
 
 // Namespace is where the client's claims and sandboxes live.
 func (c *Client) Namespace() string { return c.ns }
+
+// Connect is how the client's leases reach sandboxd (ConnectAuto resolved to ConnectRouter
+// when a router is set).
+func (c *Client) Connect() string { return c.cfg.Connect }
+
+// Router is the one connection to the router that the client's leases share (made on first
+// use; Close closes it).
+func (c *Client) Router() (*sandboxd.Router, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.router == nil {
+		r, err := sandboxd.NewRouter(c.cfg.Router, sandboxd.WithTimeout(c.cfg.Timeout))
+		if err != nil {
+			return nil, err
+		}
+		c.router = r
+	}
+	return c.router, nil
+}
+
+// Close closes the connection to the router, if one was made.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.router == nil {
+		return nil
+	}
+	err := c.router.Close()
+	c.router = nil
+	return err
+}
 
 // apiError turns an API error into a *sandboxd.Error naming what was asked.
 func apiError(what string, err error) error {

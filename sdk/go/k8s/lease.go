@@ -167,7 +167,8 @@ func (l *Lease) Address() string {
 // Connect returns a sandboxd client on the sandbox's Endpoint with its token; opts come
 // after (WithToken overrides the Secret's). It waits Ready first (up to the config's Timeout)
 // when the lease is not resolved yet. With a port-forward, close the lease (Close) after the
-// client.
+// client. Through a router (ConnectRouter) the client is one of the Client's Router, by the
+// sandbox's name and namespace.
 func (l *Lease) Connect(opts ...sandboxd.Option) (*sandboxd.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.Timeout)
 	defer cancel()
@@ -175,6 +176,16 @@ func (l *Lease) Connect(opts ...sandboxd.Option) (*sandboxd.Client, error) {
 		if err := l.WaitReady(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if l.c.cfg.Connect == ConnectRouter {
+		// By name: the router finds the pod and sandboxd's ports (named on the pod).
+		r, err := l.c.Router()
+		if err != nil {
+			return nil, err
+		}
+		base := []sandboxd.Option{sandboxd.WithNamespace(l.Namespace), sandboxd.WithToken(l.Token),
+			sandboxd.WithTimeout(l.c.cfg.Timeout)}
+		return r.Sandbox(l.Sandbox, append(base, opts...)...)
 	}
 	host, grpcPort, restPort, err := l.Endpoint(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -144,5 +145,38 @@ func TestPortForward(t *testing.T) {
 		}
 		f.Close()
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRouterConfig needs no cluster: a kubeconfig is read, no API call is made.
+func TestRouterConfig(t *testing.T) {
+	t.Setenv("SANDBOXD_ROUTER", "")
+	if _, err := k8s.New(k8s.Config{Connect: k8s.ConnectRouter}); !errors.Is(err, sandboxd.ErrInvalidArgument) {
+		t.Fatalf("router mode without a router: %v", err)
+	}
+	cfg := filepath.Join(t.TempDir(), "kubeconfig")
+	err := os.WriteFile(cfg, []byte(`apiVersion: v1
+kind: Config
+current-context: t
+clusters: [{name: t, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: t, user: {token: x}}]
+contexts: [{name: t, context: {cluster: t, user: t}}]
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := k8s.New(k8s.Config{Kubeconfig: cfg, Router: "http://127.0.0.1:1"})
+	if err != nil || kc.Connect() != k8s.ConnectRouter {
+		t.Fatalf("a router given: auto goes through it (%v)", err)
+	}
+	r1, err1 := kc.Router()
+	r2, err2 := kc.Router()
+	if err1 != nil || err2 != nil || r1 != r2 {
+		t.Fatalf("one connection for every lease: %v %v", err1, err2)
+	}
+	kc.Close()
+	t.Setenv("SANDBOXD_ROUTER", "http://127.0.0.1:1")
+	if kc, err := k8s.New(k8s.Config{Kubeconfig: cfg, Connect: k8s.ConnectPodIP}); err != nil || kc.Connect() != k8s.ConnectPodIP {
+		t.Fatalf("an explicit mode stands (%v)", err)
 	}
 }

@@ -28,34 +28,20 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-class Daemon:
-    def __init__(self, binary: str, root: Path, extra: List[str] = (), socket: Optional[str] = None):
-        self.root = root
-        argv = [binary, "--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0",
-                "--root-dir", str(root), "--shutdown-timeout", "5s", *extra]
-        if socket:
-            argv += ["--grpc-socket", socket]
-        self.socket = socket
+class Child:
+    """A program of ours run for the tests: its output read into lines on a thread, waited
+    for by pattern, stopped with SIGTERM (it must exit 0 with no crash signs)."""
+
+    what = "child"
+
+    def _spawn(self, argv: List[str], env: Optional[dict] = None) -> None:
         self.lines: List[str] = []
         self._cv = threading.Condition()
-        # SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
-        env = {k: v for k, v in os.environ.items() if k != "SANDBOXD_TOKEN"}
-        # A HOME of its own: the login shells of terminals read no dotfiles of this machine's.
-        env["HOME"] = str(root.with_name(root.name + "-home"))
-        os.makedirs(env["HOME"], exist_ok=True)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=env,
                                      preexec_fn=_die_with_parent)
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
-        try:
-            self.grpc_port = int(self.wait_line(r"grpc listening on \S+ port (\d+)").group(1))
-            self.rest_port = int(self.wait_line(r"rest listening on \S+ port (\d+)").group(1))
-            self.wait_line(r"\bready\b")
-        except Exception:
-            self.proc.kill()
-            self.proc.wait()
-            raise
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -78,7 +64,7 @@ class Daemon:
                         return m
                 seen = len(self.lines)
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"sandboxd exited: {self.log()}")
+                    raise RuntimeError(f"{self.what} exited: {self.log()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RuntimeError(f"no line {pattern!r} within {timeout}s: {self.log()}")
@@ -86,10 +72,6 @@ class Daemon:
 
     def log(self) -> str:
         return "\n".join(self.lines[-100:])
-
-    def sandbox(self, **kw) -> sandboxd.Sandbox:
-        return sandboxd.Sandbox("127.0.0.1", grpc_port=self.grpc_port, rest_port=self.rest_port,
-                                timeout=kw.pop("timeout", 20.0), **kw)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -99,11 +81,41 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"sandboxd did not exit on SIGTERM:\n{self.log()}")
+            raise AssertionError(f"{self.what} did not exit on SIGTERM:\n{self.log()}")
         self._t.join(timeout=5)
-        assert rc == 0, f"sandboxd exited with {rc}:\n{self.log()}"
+        assert rc == 0, f"{self.what} exited with {rc}:\n{self.log()}"
         bad = [ln for ln in self.lines if re.search(r"Sanitizer|runtime error:|Assertion", ln)]
-        assert not bad, "crash signs in the daemon log: " + " | ".join(bad[:5])
+        assert not bad, f"crash signs in the {self.what} log: " + " | ".join(bad[:5])
+
+
+class Daemon(Child):
+    what = "sandboxd"
+
+    def __init__(self, binary: str, root: Path, extra: List[str] = (), socket: Optional[str] = None):
+        self.root = root
+        argv = [binary, "--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0",
+                "--root-dir", str(root), "--shutdown-timeout", "5s", *extra]
+        if socket:
+            argv += ["--grpc-socket", socket]
+        self.socket = socket
+        # SANDBOXD_TOKEN configures the daemon too: only a test that means it passes it.
+        env = {k: v for k, v in os.environ.items() if k != "SANDBOXD_TOKEN"}
+        # A HOME of its own: the login shells of terminals read no dotfiles of this machine's.
+        env["HOME"] = str(root.with_name(root.name + "-home"))
+        os.makedirs(env["HOME"], exist_ok=True)
+        self._spawn(argv, env)
+        try:
+            self.grpc_port = int(self.wait_line(r"grpc listening on \S+ port (\d+)").group(1))
+            self.rest_port = int(self.wait_line(r"rest listening on \S+ port (\d+)").group(1))
+            self.wait_line(r"\bready\b")
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def sandbox(self, **kw) -> sandboxd.Sandbox:
+        return sandboxd.Sandbox("127.0.0.1", grpc_port=self.grpc_port, rest_port=self.rest_port,
+                                timeout=kw.pop("timeout", 20.0), **kw)
 
 
 def _binary() -> str:
@@ -134,6 +146,66 @@ def daemon_factory(tmp_path_factory):
     yield start
     for d in started:
         d.stop()
+
+
+class RouterProcess(Child):
+    """sandboxd-router ($SANDBOXD_ROUTER_BIN) on a free loopback port, loopback pod IPs
+    allowed (its sandboxes are the daemons of these tests, routed by X-Sandbox-Pod-IP)."""
+
+    what = "sandboxd-router"
+
+    def __init__(self, binary: str) -> None:
+        import socket as _socket
+
+        ports = []
+        for _ in range(2):
+            with _socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+        self.probe_port, self.metrics_port = ports
+        self._spawn([binary, "--http-bind-address", "127.0.0.1:0",
+                     "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
+                     "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
+                     "--allow-loopback-pod-ip", "--shutdown-timeout", "5s"])
+        try:
+            self.port = int(self.wait_line(r"router: listening on \S+ port (\d+)").group(1))
+            self.wait_line(r"\bready\b")
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def metric(self, name: str) -> float:
+        """A metric of /metrics without labels (or the sum of its labelled series)."""
+        import httpx
+
+        body = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", trust_env=False).text
+        vals = [float(ln.split()[-1]) for ln in body.splitlines()
+                if ln.startswith(name + " ") or ln.startswith(name + "{")]
+        if not vals:
+            raise AssertionError(f"no metric {name} in:\n{body}")
+        return sum(vals)
+
+    def keys(self, d: Daemon) -> dict:
+        """Sandbox.connect's arguments that reach daemon d through this router."""
+        return dict(router=self.url, name="sb", pod_ip="127.0.0.1", grpc_port=d.grpc_port,
+                    rest_port=d.rest_port, timeout=20.0)
+
+
+@pytest.fixture
+def router_bin() -> str:
+    b = os.environ.get("SANDBOXD_ROUTER_BIN")
+    if not b or not os.access(b, os.X_OK):
+        pytest.fail("set SANDBOXD_ROUTER_BIN to a built sandboxd-router (run-tests.sh does)")
+    return b
+
+
+@pytest.fixture
+def router(router_bin) -> Iterator[RouterProcess]:
+    r = RouterProcess(router_bin)
+    yield r
+    r.stop()
 
 
 @pytest.fixture

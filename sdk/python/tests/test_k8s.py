@@ -21,7 +21,8 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_unreachable_api_server_is_unavailable(tmp_path):
+def unreachable_kubeconfig(tmp_path) -> str:
+    """A kubeconfig of an API server that is not there, namespace team-a."""
     cfg = tmp_path / "kubeconfig"
     cfg.write_text(f"""apiVersion: v1
 kind: Config
@@ -30,6 +31,11 @@ clusters: [{{name: t, cluster: {{server: "http://127.0.0.1:{closed_port()}"}}}}]
 users: [{{name: t, user: {{token: x}}}}]
 contexts: [{{name: t, context: {{cluster: t, user: t, namespace: team-a}}}}]
 """)
+    return str(cfg)
+
+
+def test_unreachable_api_server_is_unavailable(tmp_path):
+    cfg = unreachable_kubeconfig(tmp_path)
     with SandboxClient(kubeconfig=str(cfg), timeout=5) as client:
         assert client.namespace == "team-a", "the context's namespace"
         with pytest.raises(errors.UnavailableError) as ei:
@@ -55,3 +61,16 @@ def test_token_secret_names_fit():
 def test_unknown_connect_mode_is_refused():
     with pytest.raises(errors.InvalidArgumentError, match="connect must be one of"):
         SandboxClient(connect="ssh")
+
+
+def test_router_mode(tmp_path, monkeypatch):
+    monkeypatch.delenv("SANDBOXD_ROUTER", raising=False)
+    with pytest.raises(errors.InvalidArgumentError, match="needs router="):
+        SandboxClient(connect="router")
+    cfg = unreachable_kubeconfig(tmp_path)
+    with SandboxClient(kubeconfig=str(cfg), router="http://127.0.0.1:1") as client:
+        assert client.connect_mode == "router", "a router given: auto goes through it"
+        assert client.router() is client.router(), "one connection for every lease"
+    monkeypatch.setenv("SANDBOXD_ROUTER", "http://127.0.0.1:1")
+    with SandboxClient(kubeconfig=str(cfg), connect="pod-ip") as client:
+        assert client.connect_mode == "pod-ip", "an explicit mode stands"

@@ -23,7 +23,57 @@ const resolveWait = 2 * time.Minute
 
 func (g *globals) kube() (*k8s.Client, error) {
 	return k8s.New(k8s.Config{Kubeconfig: g.kubeconfig, Context: g.kubeContext, Namespace: g.namespace,
-		Connect: g.connect})
+		Connect: g.connect, Router: g.router})
+}
+
+// routerClient is a client through --router: of the sandbox --sandbox names, found through
+// the cluster (its claim's sandbox, its token), or of --sandbox-id with the routing keys
+// given, without the cluster.
+func (g *globals) routerClient() (*sandboxd.Client, error) {
+	switch {
+	case g.router == "":
+		return nil, fmt.Errorf("--sandbox-id goes with --router URL")
+	case (g.sandbox == "") == (g.sandboxID == ""):
+		return nil, fmt.Errorf("--router wants --sandbox NAME (through the cluster) or --sandbox-id NAME")
+	case g.sandbox != "":
+		return g.routerLease()
+	}
+	r, err := sandboxd.NewRouter(g.router, sandboxd.WithToken(g.token))
+	if err != nil {
+		return nil, err
+	}
+	opts := []sandboxd.Option{sandboxd.WithNamespace(g.namespace), sandboxd.WithPodIP(g.podIP),
+		sandboxd.WithUID(g.uid)}
+	if g.grpcPortSet {
+		opts = append(opts, sandboxd.WithGRPCPort(g.grpcPort))
+	}
+	if g.restPortSet {
+		opts = append(opts, sandboxd.WithRESTPort(g.restPort))
+	}
+	// The router's connection lives as long as sbx does.
+	return r.Sandbox(g.sandboxID, opts...)
+}
+
+// routerLease finds the sandbox of --sandbox through the cluster and connects to it through
+// the router, by its name, with its token.
+func (g *globals) routerLease() (*sandboxd.Client, error) {
+	if g.connect != k8s.ConnectAuto && g.connect != k8s.ConnectRouter {
+		return nil, fmt.Errorf("--router goes with --connect router (or auto), not %q", g.connect)
+	}
+	kc, err := g.kube()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveWait)
+	defer cancel()
+	l, err := findLease(ctx, kc, g.sandbox)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return l.Connect()
 }
 
 // findLease is the claim called name, else the Sandbox called name.

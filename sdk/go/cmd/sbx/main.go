@@ -75,6 +75,13 @@ connection flags (also after the command), with their environment defaults:
   --namespace NS       the cluster's namespace ($SBX_NAMESPACE, else the kubeconfig's)
   --kubeconfig PATH    ($KUBECONFIG, ~/.kube/config, else in-cluster)
   --context NAME       the kubeconfig's context
+  --router URL         reach sandboxd through this sandboxd-router ($SANDBOXD_ROUTER): with
+                       --sandbox, the claim's sandbox and token found through the cluster;
+                       with --sandbox-id, no cluster at all
+  --sandbox-id NAME    the sandbox's name as the router routes it (X-Sandbox-ID), in
+                       --namespace (default "default"); --grpc-port/--rest-port, when
+                       given, go as its X-Sandbox-Port, --pod-ip and --uid as
+                       X-Sandbox-Pod-IP and X-Sandbox-UID
 `
 
 // globals are the flags every command takes.
@@ -87,6 +94,32 @@ type globals struct {
 	output   string
 	// the cluster, for claim, release and --sandbox
 	sandbox, namespace, kubeconfig, kubeContext, connect string
+	// a sandboxd-router, and the routing keys of --sandbox-id
+	router, sandboxID, podIP, uid string
+	grpcPortSet, restPortSet      bool
+}
+
+// portVar is a port flag that remembers it was given (through a router, only a port given
+// is sent: else the router finds sandboxd's).
+type portVar struct {
+	n   *int
+	set *bool
+}
+
+func (p portVar) String() string {
+	if p.n == nil {
+		return ""
+	}
+	return strconv.Itoa(*p.n)
+}
+
+func (p portVar) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("not a port: %q", v)
+	}
+	*p.n, *p.set = n, true
+	return nil
 }
 
 func envInt(name string, def int) int {
@@ -109,7 +142,8 @@ func newGlobals() *globals {
 		restPort: envInt("SBX_REST_PORT", 8080), socket: os.Getenv("SBX_SOCKET"),
 		token: os.Getenv("SANDBOXD_TOKEN"), output: "text",
 		sandbox: os.Getenv("SBX_SANDBOX"), namespace: os.Getenv("SBX_NAMESPACE"),
-		connect: envStr("SBX_CONNECT", "auto"),
+		connect: envStr("SBX_CONNECT", "auto"), router: os.Getenv("SANDBOXD_ROUTER"),
+		grpcPortSet: os.Getenv("SBX_GRPC_PORT") != "", restPortSet: os.Getenv("SBX_REST_PORT") != "",
 	}
 }
 
@@ -117,8 +151,8 @@ func newGlobals() *globals {
 // environment, or flags given before the command).
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.host, "host", g.host, "sandboxd host")
-	fs.IntVar(&g.grpcPort, "grpc-port", g.grpcPort, "gRPC port")
-	fs.IntVar(&g.restPort, "rest-port", g.restPort, "REST port")
+	fs.Var(portVar{&g.grpcPort, &g.grpcPortSet}, "grpc-port", "gRPC port")
+	fs.Var(portVar{&g.restPort, &g.restPortSet}, "rest-port", "REST port")
 	fs.StringVar(&g.socket, "socket", g.socket, "gRPC unix socket")
 	fs.StringVar(&g.token, "token", g.token, "bearer token")
 	fs.StringVar(&g.output, "output", g.output, "text or json")
@@ -127,11 +161,18 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.connect, "connect", g.connect, "auto, pod-ip or port-forward (with --sandbox)")
 	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "kubeconfig file")
 	fs.StringVar(&g.kubeContext, "context", g.kubeContext, "kubeconfig context")
+	fs.StringVar(&g.router, "router", g.router, "a sandboxd-router's URL")
+	fs.StringVar(&g.sandboxID, "sandbox-id", g.sandboxID, "the sandbox's name, through --router")
+	fs.StringVar(&g.podIP, "pod-ip", g.podIP, "the sandbox's pod IP, through --router")
+	fs.StringVar(&g.uid, "uid", g.uid, "the sandbox pod's UID, through --router")
 }
 
 func (g *globals) client() (*sandboxd.Client, error) {
 	if g.output != "text" && g.output != "json" {
 		return nil, fmt.Errorf("--output must be text or json, not %q", g.output)
+	}
+	if g.router != "" || g.sandboxID != "" {
+		return g.routerClient()
 	}
 	if g.sandbox != "" {
 		if err := g.resolveSandbox(); err != nil {

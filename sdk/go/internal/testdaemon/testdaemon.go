@@ -5,6 +5,9 @@ package testdaemon
 import (
 	"bufio"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,12 +19,14 @@ import (
 	"time"
 )
 
-// Daemon is a running sandboxd.
+// Daemon is a running sandboxd (or, from StartRouter, a sandboxd-router).
 type Daemon struct {
 	Root     string
 	Socket   string
 	GRPCPort int
 	RESTPort int
+	// A router's: its main port (gRPC and HTTP) and its metrics port.
+	Port, MetricsPort int
 
 	cmd     *exec.Cmd
 	mu      sync.Mutex
@@ -41,6 +46,35 @@ func Start(bin, dir string, extra ...string) (*Daemon, error) {
 	d.newLine = sync.NewCond(&d.mu)
 	args := append([]string{"--listen-host", "127.0.0.1", "--grpc-port", "0", "--rest-port", "0",
 		"--root-dir", root, "--grpc-socket", d.Socket, "--shutdown-timeout", "5s"}, extra...)
+	home := filepath.Join(dir, "home")
+	if err := d.spawn(bin, args, home); err != nil {
+		return nil, err
+	}
+	g, err := d.waitLine(`grpc listening on \S+ port (\d+)`)
+	if err == nil {
+		d.GRPCPort, _ = strconv.Atoi(g)
+		var r string
+		r, err = d.waitLine(`rest listening on \S+ port (\d+)`)
+		d.RESTPort, _ = strconv.Atoi(r)
+	}
+	return d.ready(err)
+}
+
+// ready waits for the "ready" line unless err; a child that failed is killed.
+func (d *Daemon) ready(err error) (*Daemon, error) {
+	if err == nil {
+		_, err = d.waitLine(`\bready\b`)
+	}
+	if err != nil {
+		d.cmd.Process.Kill()
+		<-d.exited
+		return nil, err
+	}
+	return d, nil
+}
+
+// spawn starts bin with args and a HOME of its own, its output read into lines.
+func (d *Daemon) spawn(bin string, args []string, home string) error {
 	d.cmd = exec.Command(bin, args...)
 	// A test binary that dies (a panic) takes its daemon along.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -51,36 +85,99 @@ func Start(bin, dir string, extra ...string) (*Daemon, error) {
 		}
 	}
 	// A HOME of its own: the login shells of terminals read no dotfiles of this machine's.
-	home := filepath.Join(dir, "home")
 	if err := os.MkdirAll(home, 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	d.cmd.Env = append(d.cmd.Env, "HOME="+home)
 	out, err := d.cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d.cmd.Stderr = d.cmd.Stdout
 	if err := d.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	go d.read(out)
-	g, err := d.waitLine(`grpc listening on \S+ port (\d+)`)
-	if err == nil {
-		d.GRPCPort, _ = strconv.Atoi(g)
-		var r string
-		r, err = d.waitLine(`rest listening on \S+ port (\d+)`)
-		d.RESTPort, _ = strconv.Atoi(r)
-	}
-	if err == nil {
-		_, err = d.waitLine(`\bready\b`)
-	}
+	return nil
+}
+
+// StartRouter starts the sandboxd-router bin on a free loopback port, loopback pod IPs
+// allowed, and waits until it is ready; dir holds its HOME.
+func StartRouter(bin, dir string) (*Daemon, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		d.cmd.Process.Kill()
-		<-d.exited
 		return nil, err
 	}
-	return d, nil
+	metrics := lis.Addr().(*net.TCPAddr).Port
+	lis.Close()
+	d := &Daemon{MetricsPort: metrics, exited: make(chan struct{})}
+	d.newLine = sync.NewCond(&d.mu)
+	args := []string{"--http-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--allow-loopback-pod-ip",
+		"--shutdown-timeout", "5s"}
+	if err := d.spawn(bin, args, filepath.Join(dir, "home")); err != nil {
+		return nil, err
+	}
+	p, err := d.waitLine(`router: listening on \S+ port (\d+)`)
+	if err == nil {
+		d.Port, _ = strconv.Atoi(p)
+	}
+	return d.ready(err)
+}
+
+// Metric is the value of a metric of the router's /metrics (the sum of its series).
+func (d *Daemon) Metric(name string) (float64, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", d.MetricsPort))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, err
+	}
+	sum, found := 0.0, false
+	for _, ln := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(ln, name+" ") || strings.HasPrefix(ln, name+"{") {
+			f := strings.Fields(ln)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				return 0, err
+			}
+			sum, found = sum+v, true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("no metric %s in:\n%s", name, body)
+	}
+	return sum, nil
+}
+
+// ProxiesHTTP says whether the router carries HTTP/1.1 to the sandbox whose REST port on
+// 127.0.0.1 is restPort (before its proxy it answered 501).
+func (d *Daemon) ProxiesHTTP(restPort int) (bool, error) {
+	req, err := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/v1/health", d.Port), nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("X-Sandbox-ID", "sb")
+	req.Header.Set("X-Sandbox-Pod-IP", "127.0.0.1")
+	req.Header.Set("X-Sandbox-Port", strconv.Itoa(restPort))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode != http.StatusNotImplemented, nil
+}
+
+// RouterBinary is $SANDBOXD_ROUTER_BIN, or "" with the reason the router's tests skip.
+func RouterBinary() (string, string) {
+	bin := os.Getenv("SANDBOXD_ROUTER_BIN")
+	if bin == "" {
+		return "", "SANDBOXD_ROUTER_BIN is not set (a built sandboxd-router is needed; sdk/go/run-tests.sh sets it)"
+	}
+	return bin, ""
 }
 
 func (d *Daemon) read(out interface{ Read([]byte) (int, error) }) {

@@ -6,7 +6,9 @@
         print(sb.run(["echo", "hi"]).stdout)
         sb.files.upload("local.bin", "data/remote.bin")
 
-The asyncio flavour of the same API is sandboxd.aio.AsyncSandbox.
+The asyncio flavour of the same API is sandboxd.aio.AsyncSandbox. Through a sandboxd-router,
+Sandbox.connect(router="http://router:8080", name="my-sandbox", namespace="team-a"), or many
+sandboxes over one connection with sandboxd.Router (sandboxd.router).
 """
 
 from . import errors
@@ -18,6 +20,7 @@ from .errors import (ConflictError, FailedPreconditionError, InsufficientStorage
                      SandboxError, TimeoutError, UnauthenticatedError, UnavailableError,
                      UnimplementedError)
 from .processes import Attachment, Processes, SpawnedProcess
+from .router import AsyncRouter, Router
 from .terminal import Terminal
 from .types import (CommandResult, ExitDetail, ExitStatus, FileEntry, FileStat, Health,
                     OutputChunk, OutputEvent, ProcessInfo, StreamOffsets, Truncated, UploadResult,
@@ -33,6 +36,6 @@ __all__ = [
     "Health", "OutputEvent", "UploadResult", "Processes", "SpawnedProcess", "Attachment",
     "ExitDetail", "ProcessInfo", "StreamOffsets", "OutputChunk", "Truncated",
     "OutputTruncatedWarning", "Terminal", "Watch",
-    "AsyncWatch", "WatchEvent",
+    "AsyncWatch", "WatchEvent", "Router", "AsyncRouter",
 ]
 __version__ = "0.1.0"

@@ -58,6 +58,10 @@ class Endpoint:
     rest_url: str
     token: Optional[str]
     timeout: float  # deadline of a unary call and of one HTTP read/write
+    # Through a sandboxd-router: the routing keys of every gRPC call (metadata) and of every
+    # HTTP request (headers); empty when the daemon is reached directly.
+    grpc_route: Tuple[Tuple[str, str], ...] = ()
+    http_route: Tuple[Tuple[str, str], ...] = ()
 
     @classmethod
     def make(cls, host: str = "127.0.0.1", *, grpc_port: int = 9090, rest_port: int = 8080,
@@ -80,10 +84,18 @@ class Endpoint:
         return cls(grpc_target, rest_url.rstrip("/"), token, float(timeout))
 
     def metadata(self) -> List[Tuple[str, str]]:
-        return [("authorization", f"Bearer {self.token}")] if self.token else []
+        auth = [("authorization", f"Bearer {self.token}")] if self.token else []
+        return auth + list(self.grpc_route)
 
     def headers(self) -> Dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return {**auth, **dict(self.http_route)}
+
+
+def check_no_route(*keys: Optional[str]) -> None:
+    """connect() without router=: the routing keys (name, namespace, uid, pod_ip) are refused."""
+    if any(k is not None for k in keys):
+        raise ValueError("name, namespace, uid and pod_ip go with router=")
 
 
 class Session:

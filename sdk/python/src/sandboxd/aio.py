@@ -7,7 +7,8 @@ import asyncio
 import os
 import weakref
 from pathlib import Path
-from typing import Any, AsyncIterator, List, Mapping, Optional, Sequence, Union
+from typing import (Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, Sequence,
+                    Union)
 
 import grpc
 import grpc.aio
@@ -36,21 +37,36 @@ class AsyncSandbox:
                  rest_port: int = 8080, grpc_target: Optional[str] = None,
                  rest_url: Optional[str] = None, unix_socket: Optional[str] = None,
                  token: Optional[str] = None, timeout: float = 30.0) -> None:
-        self.endpoint = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
-                                        grpc_target=grpc_target, rest_url=rest_url,
-                                        unix_socket=unix_socket, token=token, timeout=timeout)
-        self._session = c.Session(self.endpoint, "AsyncSandbox")
-        self._channel = grpc.aio.insecure_channel(self.endpoint.grpc_target,
-                                                  options=c.GRPC_OPTIONS)
-        self._stub = pb_grpc.ProcessServiceStub(self._channel)
-        self.files = AsyncFiles(self.endpoint, self._session, self._channel)
-        self.processes = AsyncProcesses(self._session, self._channel)
+        ep = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
+                             grpc_target=grpc_target, rest_url=rest_url,
+                             unix_socket=unix_socket, token=token, timeout=timeout)
+        channel = grpc.aio.insecure_channel(ep.grpc_target, options=c.GRPC_OPTIONS)
+        self._setup(ep, channel, httpx.AsyncClient(**rest.client_options(ep)), channel.close)
+
+    def _setup(self, ep: c.Endpoint, channel: grpc.aio.Channel, http: Any,
+               release: Callable[[], Awaitable[None]]) -> None:
+        """See Sandbox._setup; release() is awaited when it closes."""
+        self.endpoint = ep
+        self._session = c.Session(ep, "AsyncSandbox")
+        self._channel = channel
+        self._release = release
+        self._stub = pb_grpc.ProcessServiceStub(channel)
+        self.files = AsyncFiles(ep, self._session, channel, http=http)
+        self.processes = AsyncProcesses(self._session, channel)
         self._procs: "weakref.WeakSet[AsyncProcess]" = weakref.WeakSet()
         self._terms: "weakref.WeakSet[AsyncTerminal]" = weakref.WeakSet()
 
     @classmethod
-    def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "AsyncSandbox":
-        return cls(host, **kw)
+    def connect(cls, host: str = "127.0.0.1", *, router: Any = None, name: Optional[str] = None,
+                namespace: Optional[str] = None, uid: Optional[str] = None,
+                pod_ip: Optional[str] = None, **kw: Any) -> "AsyncSandbox":
+        """See Sandbox.connect; router is a URL or a sandboxd.router.AsyncRouter (a URL's
+        connection is shared by the AsyncSandboxes of one event loop)."""
+        if router is None:
+            c.check_no_route(name, namespace, uid, pod_ip)
+            return cls(host, **kw)
+        from .router import connect_async
+        return connect_async(router, name, namespace=namespace, uid=uid, pod_ip=pod_ip, **kw)
 
     async def close(self) -> None:
         if not self._session.closed:
@@ -60,7 +76,7 @@ class AsyncSandbox:
             for t in list(self._terms):
                 await t.close()
             await self.files.close()
-            await self._channel.close()
+            await self._release()
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self
@@ -262,9 +278,9 @@ class AsyncFiles:
     """See sandboxd.Files."""
 
     def __init__(self, ep: c.Endpoint, session: Optional[c.Session] = None,
-                 channel: Optional[grpc.aio.Channel] = None) -> None:
+                 channel: Optional[grpc.aio.Channel] = None, *, http: Any = None) -> None:
         self._ep = ep
-        self._http = httpx.AsyncClient(**rest.client_options(ep))
+        self._http = http if http is not None else httpx.AsyncClient(**rest.client_options(ep))
         self._session = session or c.Session(ep, "AsyncFiles")
         self._watch_stub = fpb_grpc.FilesStub(channel) if channel is not None else None
 

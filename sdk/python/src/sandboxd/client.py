@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import grpc
 import httpx
@@ -43,22 +43,42 @@ class Sandbox:
                  rest_port: int = 8080, grpc_target: Optional[str] = None,
                  rest_url: Optional[str] = None, unix_socket: Optional[str] = None,
                  token: Optional[str] = None, timeout: float = 30.0) -> None:
-        self.endpoint = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
-                                        grpc_target=grpc_target, rest_url=rest_url,
-                                        unix_socket=unix_socket, token=token, timeout=timeout)
-        self._session = c.Session(self.endpoint, "Sandbox")
-        self._channel = grpc.insecure_channel(self.endpoint.grpc_target, options=c.GRPC_OPTIONS)
-        self._stub = pb_grpc.ProcessServiceStub(self._channel)
-        self.files = Files(self.endpoint, self._session, self._channel)
-        self.processes = Processes(self._session, self._channel)
+        ep = c.Endpoint.make(host, grpc_port=grpc_port, rest_port=rest_port,
+                             grpc_target=grpc_target, rest_url=rest_url,
+                             unix_socket=unix_socket, token=token, timeout=timeout)
+        channel = grpc.insecure_channel(ep.grpc_target, options=c.GRPC_OPTIONS)
+        self._setup(ep, channel, httpx.Client(**rest.client_options(ep)), channel.close)
+
+    def _setup(self, ep: c.Endpoint, channel: grpc.Channel, http: Any,
+               release: Callable[[], None]) -> None:
+        """Builds the client on a channel and an HTTP client (its own, or a router's shared
+        ones wrapped with the sandbox's routing keys); release() runs when it closes."""
+        self.endpoint = ep
+        self._session = c.Session(ep, "Sandbox")
+        self._channel = channel
+        self._release = release
+        self._stub = pb_grpc.ProcessServiceStub(channel)
+        self.files = Files(ep, self._session, channel, http=http)
+        self.processes = Processes(self._session, channel)
         self._procs: "weakref.WeakSet[Process]" = weakref.WeakSet()
         self._terms: "weakref.WeakSet[Terminal]" = weakref.WeakSet()
 
     @classmethod
-    def connect(cls, host: str = "127.0.0.1", **kw: Any) -> "Sandbox":
-        """Same as Sandbox(host, **kw)."""
-        return cls(host, **kw)
-
+    def connect(cls, host: str = "127.0.0.1", *, router: Any = None, name: Optional[str] = None,
+                namespace: Optional[str] = None, uid: Optional[str] = None,
+                pod_ip: Optional[str] = None, **kw: Any) -> "Sandbox":
+        """Sandbox(host, **kw); or with router (a URL such as "http://router:8080", or a
+        sandboxd.Router) the sandbox called name in namespace (default "default") through
+        that sandboxd-router: its routing keys go with every call and request, over one
+        gRPC channel and one HTTP connection pool that every Sandbox connected through the
+        same router shares. There grpc_port/rest_port, when given, are sent as the target
+        port (else the router finds sandboxd's ports), uid and pod_ip as X-Sandbox-UID and
+        X-Sandbox-Pod-IP; token and timeout are as for Sandbox()."""
+        if router is None:
+            c.check_no_route(name, namespace, uid, pod_ip)
+            return cls(host, **kw)
+        from .router import connect_sync
+        return connect_sync(router, name, namespace=namespace, uid=uid, pod_ip=pod_ip, **kw)
     def close(self) -> None:
         """Closes the channel and the HTTP pool; processes still streaming are cancelled (the
         daemon kills a process whose Start stream goes away)."""
@@ -69,7 +89,7 @@ class Sandbox:
             for t in list(self._terms):
                 t.close()
             self.files.close()
-            self._channel.close()
+            self._release()
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -319,9 +339,9 @@ class Files:
     leading "/" is the root). Transfers stream: memory stays flat whatever the size."""
 
     def __init__(self, ep: c.Endpoint, session: Optional[c.Session] = None,
-                 channel: Optional[grpc.Channel] = None) -> None:
+                 channel: Optional[grpc.Channel] = None, *, http: Any = None) -> None:
         self._ep = ep
-        self._http = httpx.Client(**rest.client_options(ep))
+        self._http = http if http is not None else httpx.Client(**rest.client_options(ep))
         self._session = session or c.Session(ep, "Files")
         self._watch_stub = fpb_grpc.FilesStub(channel) if channel is not None else None
 

@@ -21,8 +21,10 @@ Every API call is bounded by `timeout`, every wait by its own timeout.
 How it connects (`connect=`): "pod-ip" dials the pod IP (in the cluster, or wherever pod IPs
 are routed); "port-forward" opens local listeners on 127.0.0.1 that reach the pod's ports
 through the API server (pods/portforward, as `kubectl port-forward`), for a laptop outside
-the cluster; "auto" (the default) uses the pod IP inside a pod or when it answers within a
-second, else the port-forward.
+the cluster; "router" goes through the sandboxd-router at `router=` (default
+$SANDBOXD_ROUTER), by the sandbox's name and namespace, every lease of the client over one
+connection; "auto" (the default) is "router" when a router is given, else the pod IP inside a
+pod or when it answers within a second, else the port-forward.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from . import errors
 from .aio import AsyncSandbox
 from .client import Sandbox
 from .portforward import Forwarder
+from .router import Router
 
 try:
     import kubernetes  # type: ignore[import-untyped]
@@ -54,7 +57,7 @@ except ImportError:  # pragma: no cover - the extra is not installed
 GROUP, EXT_GROUP, VERSION = "agents.x-k8s.io", "extensions.agents.x-k8s.io", "v1beta1"
 TEMPLATE_LABEL = "agents.x-k8s.io/sandbox-template-ref-hash"
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-CONNECT_MODES = ("auto", "pod-ip", "port-forward")
+CONNECT_MODES = ("auto", "pod-ip", "port-forward", "router")
 PROBE_TIMEOUT = 1.0  # "auto": how long the pod IP has to answer
 T = TypeVar("T")
 
@@ -136,17 +139,25 @@ class SandboxClient:
     the service account's, else "default"). kubeconfig/context: as kubectl's (default
     $KUBECONFIG or ~/.kube/config; in a pod without either, the in-cluster config).
     grpc_port/rest_port: used when the pod's ports cannot be read. timeout bounds each API
-    call and is passed on to the sandboxd connection. connect: "auto", "pod-ip" or
-    "port-forward" (see the module's doc; port-forward needs the pods/portforward right).
+    call and is passed on to the sandboxd connection. connect: "auto", "pod-ip",
+    "port-forward" or "router" (see the module's doc; port-forward needs the pods/portforward
+    right); router: the URL of a sandboxd-router (default $SANDBOXD_ROUTER).
     """
 
     def __init__(self, namespace: Optional[str] = None, *, kubeconfig: Optional[str] = None,
                  context: Optional[str] = None, api_client: Any = None, grpc_port: int = 9090,
-                 rest_port: int = 8080, timeout: float = 30.0, connect: str = "auto") -> None:
+                 rest_port: int = 8080, timeout: float = 30.0, connect: str = "auto",
+                 router: Optional[str] = None) -> None:
         if connect not in CONNECT_MODES:
             raise errors.InvalidArgumentError(
                 f"connect must be one of {', '.join(CONNECT_MODES)}, not {connect!r}")
+        self.router_url = router or os.environ.get("SANDBOXD_ROUTER") or None
+        if connect == "auto" and self.router_url:
+            connect = "router"
+        if connect == "router" and not self.router_url:
+            raise errors.InvalidArgumentError("connect='router' needs router= (or $SANDBOXD_ROUTER)")
         self.connect_mode = connect
+        self._router: Optional[Router] = None
         self.api_client = api_client or _api_client(kubeconfig, context)
         self.namespace = namespace or _default_namespace(kubeconfig, context)
         self.custom = kubernetes.client.CustomObjectsApi(self.api_client)
@@ -154,7 +165,15 @@ class SandboxClient:
         self.grpc_port, self.rest_port, self.timeout = grpc_port, rest_port, float(timeout)
 
     def close(self) -> None:
+        if self._router is not None:
+            self._router.close()
         self.api_client.close()
+
+    def router(self) -> Router:
+        """The one connection to the router that the leases of this client share."""
+        if self._router is None or self._router.closed:
+            self._router = Router(str(self.router_url), timeout=self.timeout)
+        return self._router
 
     def __enter__(self) -> "SandboxClient":
         return self
@@ -384,6 +403,11 @@ class SandboxLease:
             self.wait_ready()
         kw.setdefault("timeout", self.client.timeout)
         kw.setdefault("token", self.token or "")  # "": none, not $SANDBOXD_TOKEN
+        if self.client.connect_mode == "router":
+            # By name: the router finds the pod and sandboxd's ports (named on the pod).
+            self.sandbox = self.client.router().sandbox(str(self.sandbox_name),
+                                                        namespace=self.namespace, **kw)
+            return self.sandbox
         host, grpc_port, rest_port = self.address()
         self.sandbox = Sandbox(host, grpc_port=grpc_port, rest_port=rest_port, **kw)
         return self.sandbox
@@ -492,6 +516,11 @@ class AsyncSandboxLease:
             await self.wait_ready()
         kw.setdefault("timeout", self.lease.client.timeout)
         kw.setdefault("token", self.lease.token or "")
+        if self.lease.client.connect_mode == "router":
+            self.sandbox = AsyncSandbox.connect(router=self.lease.client.router_url,
+                                                name=str(self.lease.sandbox_name),
+                                                namespace=self.lease.namespace, **kw)
+            return self.sandbox
         host, grpc_port, rest_port = await asyncio.to_thread(self.lease.address)
         self.sandbox = AsyncSandbox(host, grpc_port=grpc_port, rest_port=rest_port, **kw)
         return self.sandbox
