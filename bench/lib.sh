@@ -30,6 +30,21 @@ build_sandboxd() {
   SANDBOXD=$build/sandboxd/sandboxd
 }
 
+# Builds our router (Release) beside the daemon (build_sandboxd first); sets SANDBOXD_ROUTER. A
+# set SANDBOXD_ROUTER_BIN is used as it is.
+build_router() {
+  if [ -n "${SANDBOXD_ROUTER_BIN:-}" ]; then
+    SANDBOXD_ROUTER=$SANDBOXD_ROUTER_BIN
+    return 0
+  fi
+  local build=$OUT/build
+  [ -n "$REV" ] && build=$OUT/build-$REV
+  [ -f "$build/build.ninja" ] || cmake -S "$REPO" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    >"$OUT/cmake.log" 2>&1 || { cat "$OUT/cmake.log" >&2; exit 1; }
+  ninja -C "$build" router/sandboxd-router >"$OUT/ninja.log" 2>&1 || { cat "$OUT/ninja.log" >&2; exit 1; }
+  SANDBOXD_ROUTER=$build/router/sandboxd-router
+}
+
 # Builds the Go client; sets SBX.
 build_client() {
   (cd "$BENCH" && GOFLAGS=-buildvcs=false go build -o "$OUT/sbxbench" ./cmd/sbxbench)

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Assembles the benchmark report: the tables that bench/run.sh, rest.sh, terminal.sh, image.sh,
-ssh.sh and controller.sh leave in their run directories, as one table (area, measure, ours, reference,
+ssh.sh, controller.sh and router.sh leave in their run directories, as one table (area, measure, ours, reference,
 floor, ratio, target, result, how to reproduce), and each run's header below it.
 
     bench/report.py --out report.md AREA=RUNDIR [AREA=RUNDIR ...]
 
 AREA names the benchmark: exec (run.sh), rest (rest.sh), terminal (terminal.sh), image
-(image.sh), ssh (ssh.sh), controller (controller.sh); RUNDIR is the directory holding its table.md. A table of a shape
+(image.sh), ssh (ssh.sh), controller (controller.sh), router (router.sh); RUNDIR is the directory holding its table.md. A table of a shape
 this script does not know is kept as it is, under its area."""
 
 import argparse
@@ -21,6 +21,7 @@ COMMANDS = {
     "image": "bench/image.sh",
     "ssh": "bench/ssh.sh",
     "controller": "bench/controller.sh",
+    "router": "bench/router.sh",
     "soak": "bench/soak.py",
 }
 COLUMNS = ["area", "measure", "ours", "reference", "floor", "ratio", "target", "result"]

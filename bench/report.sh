@@ -7,7 +7,7 @@
 #
 #   --quick       the quick variants (run.sh, rest.sh, terminal.sh --quick, 1 round elsewhere): ~10 minutes
 #   --soak N      also the mixed soak (bench/soak.py) for N minutes (0: none; the report wants 10)
-#   --only LIST   only these areas: exec, rest, terminal, image, ssh, controller, soak
+#   --only LIST   only these areas: exec, rest, terminal, image, ssh, controller, router, soak
 #   --out DIR     where the runs and report.md go, outside the repo (/tmp/sandboxd-bench)
 #
 # A benchmark is not a test: a missed target never makes it fail; a benchmark that cannot run
@@ -16,7 +16,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=/tmp/sandboxd-bench QUICK=0 SOAK=0 ONLY=exec,rest,terminal,image,ssh,controller,soak
+OUT=/tmp/sandboxd-bench QUICK=0 SOAK=0 ONLY=exec,rest,terminal,image,ssh,controller,router,soak
 while [ $# -gt 0 ]; do
   case $1 in
   --quick) QUICK=1 ;;
@@ -74,6 +74,7 @@ if wanted controller; then
     runs+=("controller=$REPORT/missing-controller")
   fi
 fi
+wanted router && bench router 'router-2*' "$REPO/bench/router.sh" "${q[@]}" --out "$OUT"
 if wanted soak && [ "$SOAK" != 0 ]; then
   # Our daemon as it is in the work tree, Release (quick when already built).
   bin=$OUT/soak-build/sandboxd/sandboxd

@@ -107,6 +107,7 @@ mkdir -p "$SANDBOXD_TOOLS"
 # libmicrohttpd without HTTPS for sandboxd-static; without it only that target is skipped.
 "$(dirname "$0")/static-deps.sh" >/dev/null || log "static-deps.sh failed: no sandboxd-static or sandboxd-controller-static"
 build_reference
+build_reference_router
 install_schemathesis
 # The Python SDK's virtualenv (pinned packages from PyPI).
 "$(dirname "$0")/../sdk/python/venv.sh" >/dev/null

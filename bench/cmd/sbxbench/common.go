@@ -23,6 +23,7 @@ func dial(addr string, window int32) (*grpc.ClientConn, error) {
 	if window > 0 {
 		opts = append(opts, grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window))
 	}
+	opts = append(opts, routeDialOptions()...)
 	return grpc.NewClient("passthrough:///"+addr, opts...)
 }
 

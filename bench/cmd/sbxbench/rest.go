@@ -121,7 +121,7 @@ func cmdRestPut(args []string) error {
 	if err := recyclePages(*recycle, *n+*n/8); err != nil {
 		return err
 	}
-	hdr := fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", path, addr, *n)
+	hdr := fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", path, addr, httpHeaderLines(), *n)
 
 	cpu0, dcpu0, csw0 := selfCPU(), procCPU(*pid), procCtxSwitches(*pid)
 	t0 := time.Now()
@@ -193,7 +193,7 @@ func timedGet(addr, path, label string, want int64, pid int) (map[string]any, er
 	defer conn.Close()
 	br := bufio.NewReaderSize(conn, 64<<10)
 	buf := make([]byte, restBufSize)
-	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, addr)
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", path, addr, httpHeaderLines())
 
 	cpu0, dcpu0, csw0 := selfCPU(), procCPU(pid), procCtxSwitches(pid)
 	t0 := time.Now()

@@ -109,13 +109,13 @@ func runWrk(url string, threads, conns int, duration, warmup time.Duration, pid 
 	// wrk takes whole seconds only.
 	dur := func(d time.Duration) string { return fmt.Sprintf("%ds", max(1, int(d.Round(time.Second).Seconds()))) }
 	if warmup > 0 {
-		w := exec.Command("wrk", "-t", fmt.Sprint(threads), "-c", fmt.Sprint(conns), "-d", dur(warmup), url)
+		w := exec.Command("wrk", append(append([]string{"-t", fmt.Sprint(threads), "-c", fmt.Sprint(conns), "-d", dur(warmup)}, wrkHeaderArgs()...), url)...)
 		w.Stdout, w.Stderr = io.Discard, os.Stderr
 		if err := w.Run(); err != nil {
 			return nil, fmt.Errorf("wrk warm-up: %w", err)
 		}
 	}
-	cmd := exec.Command("wrk", "-t", fmt.Sprint(threads), "-c", fmt.Sprint(conns), "-d", dur(duration), "-s", script, url)
+	cmd := exec.Command("wrk", append(append([]string{"-t", fmt.Sprint(threads), "-c", fmt.Sprint(conns), "-d", dur(duration), "-s", script}, wrkHeaderArgs()...), url)...)
 	cmd.Stderr = os.Stderr
 	dcpu0, csw0 := procCPU(pid), procCtxSwitches(pid)
 	b, err := cmd.Output()
@@ -189,7 +189,7 @@ func runGoSmall(url string, conns int, duration, warmup time.Duration, pid int) 
 			return nil, err
 		}
 		defer c.Close()
-		cs[i] = &goConn{c: c, br: bufio.NewReader(c), req: []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, addr))}
+		cs[i] = &goConn{c: c, br: bufio.NewReader(c), req: []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", path, addr, httpHeaderLines()))}
 	}
 	r := closedLoop(conns, warmup, duration, pid, func(w int) error {
 		err := cs[w].get()
