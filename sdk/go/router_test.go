@@ -224,3 +224,38 @@ func TestRouterFiles(t *testing.T) {
 		t.Fatalf("stat of a missing file: %v", err)
 	}
 }
+
+func TestRouterTwoSandboxesOneHTTPConnection(t *testing.T) {
+	r := startRouter(t)
+	if ok, err := r.ProxiesHTTP(shared.RESTPort); err != nil || !ok {
+		t.Skip("this sandboxd-router does not proxy HTTP/1.1 yet (501)")
+	}
+	other, err := startDaemon(os.Getenv("SANDBOXD_BIN"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.stop() })
+	before, err := r.Metric(`sandbox_router_connections_total{protocol="http1"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := newRouter(t, r)
+	a, b := routed(t, rc, "a", shared), routed(t, rc, "b", other)
+	name := "who-" + t.Name()
+	for i := 0; i < 3; i++ { // each request routed by its own headers on the one connection
+		for j, c := range []*sandboxd.Client{a, b} {
+			if _, err := c.WriteFile(ctx(t), name, []byte(fmt.Sprint(j, i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for j, d := range []*daemon{shared, other} {
+		if got, err := os.ReadFile(filepath.Join(d.Root, name)); err != nil || string(got) != fmt.Sprint(j, 2) {
+			t.Fatalf("sandbox %d's file: %q %v", j, got, err)
+		}
+	}
+	after, err := r.Metric(`sandbox_router_connections_total{protocol="http1"}`)
+	if err != nil || after-before != 1 {
+		t.Fatalf("client connections %v (%v), want one for both sandboxes", after-before, err)
+	}
+}

@@ -1,7 +1,8 @@
 """Sandbox.connect(router=...) and Router against a real sandboxd-router with real sandboxd
 daemons behind it (routed by X-Sandbox-Pod-IP to loopback, which the router allows with
---allow-loopback-pod-ip): processes over gRPC, files over REST once the router proxies
-HTTP/1.1, many sandboxes over one client connection (the router's metrics count it)."""
+--allow-loopback-pod-ip): processes over gRPC, files over REST, a terminal over WebSocket, many
+sandboxes over one client connection (the router's metrics count it). The HTTP tests skip,
+saying so, against a router that answers HTTP/1.1 with 501 (before its proxy)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,33 @@ def test_files_through_the_router(router, daemon, area, tmp_path):
         with pytest.raises(errors.NotFoundError):
             sb.files.stat(f"{area}/missing")
         assert sb.health().status == "ok"
+
+
+def test_two_sandboxes_over_one_http_connection(router, daemon_factory):
+    a, b = daemon_factory(), daemon_factory()
+    if not proxies_http(router, a):
+        pytest.skip("this sandboxd-router does not proxy HTTP/1.1 yet (501)")
+    before = router.metric('sandbox_router_connections_total{protocol="http1"}')
+    with Router(router.url, timeout=20) as r:
+        sa = r.sandbox("a", pod_ip="127.0.0.1", grpc_port=a.grpc_port, rest_port=a.rest_port)
+        sb = r.sandbox("b", pod_ip="127.0.0.1", grpc_port=b.grpc_port, rest_port=b.rest_port)
+        for i in range(3):  # each request routed by its own headers on the one connection
+            sa.files.write_bytes("who", b"a%d" % i)
+            sb.files.write_bytes("who", b"b%d" % i)
+            assert (sa.files.read_bytes("who"), sb.files.read_bytes("who")) == (b"a%d" % i,
+                                                                                b"b%d" % i)
+        assert (a.root / "who").read_bytes() == b"a2" and (b.root / "who").read_bytes() == b"b2"
+    assert router.metric('sandbox_router_connections_total{protocol="http1"}') - before == 1, \
+        "one keep-alive client connection for both sandboxes"
+
+
+def test_terminal_through_the_router(router, daemon):
+    if not proxies_http(router, daemon):
+        pytest.skip("this sandboxd-router does not proxy HTTP/1.1 yet (501)")
+    with sandboxd.Sandbox.connect(**router.keys(daemon)) as sb:
+        with sb.terminal("read l; echo got-$l") as term:   # a WebSocket through the router
+            term.write("typed\n")
+            out = b""
+            for chunk in term:
+                out += chunk
+        assert b"got-typed" in out and term.exit is not None and term.exit.exit_code == 0

@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,5 +67,19 @@ func TestRouter(t *testing.T) {
 	}
 	if res := via("", "ls", "routed"); res.code != 0 || !strings.Contains(res.stdout, "dir") {
 		t.Fatalf("ls: %+v", res)
+	}
+	local := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(local, []byte("through the router\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := via("", "cp", local, ":routed/f"); res.code != 0 {
+		t.Fatalf("cp up: %+v", res)
+	}
+	back := local + ".back"
+	if res := via("", "cp", ":routed/f", back); res.code != 0 {
+		t.Fatalf("cp down: %+v", res)
+	}
+	if b, err := os.ReadFile(back); err != nil || string(b) != "through the router\n" {
+		t.Fatalf("copied back: %q %v", b, err)
 	}
 }
