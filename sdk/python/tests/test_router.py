@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 from pathlib import Path
 
 import httpx
@@ -132,13 +133,31 @@ async def test_asyncio_through_the_router(router, daemon_factory):
         await s.close()
 
 
-def test_token_goes_through(router, daemon_factory, tmp_path):
+def daemon_at_default_ports(daemon_factory, tmp_path, token):
+    """sandboxd with a token at 9090 and 8080 (the ports a router reaches without
+    X-Sandbox-Port) on a loopback address of its own: 127.0.0.0/8 is all loopback."""
     tf = tmp_path / "token"
-    tf.write_text("s3cret\n")
-    d = daemon_factory(["--token-file", str(tf)])
-    with sandboxd.Sandbox.connect(**router.keys(d), token="s3cret") as sb:
+    tf.write_text(token + "\n")
+    for _ in range(5):
+        host = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
+        try:
+            d = daemon_factory(["--listen-host", host, "--grpc-port", "9090", "--rest-port",
+                                "8080", "--token-file", str(tf)])
+            d.host = host
+            return d
+        except RuntimeError as e:
+            last = e
+    raise last
+
+
+def test_token_goes_through(router, daemon_factory, tmp_path):
+    # The router hands the client's Authorization on to sandboxd's own gRPC port only
+    # (allow-all): the keys name no port, as a client of a cluster's router sends them.
+    d = daemon_at_default_ports(daemon_factory, tmp_path, "s3cret")
+    keys = dict(router=router.url, name="sb", pod_ip=d.host, timeout=20.0)
+    with sandboxd.Sandbox.connect(**keys, token="s3cret") as sb:
         assert sb.execute("echo ok").stdout == b"ok\n"
-    with sandboxd.Sandbox.connect(**router.keys(d), token="wrong") as sb:
+    with sandboxd.Sandbox.connect(**keys, token="wrong") as sb:
         with pytest.raises(errors.UnauthenticatedError):
             sb.execute("true")
 
