@@ -180,9 +180,9 @@ func TestRouterRefusals(t *testing.T) {
 	}
 }
 
-// TestRouterToken: the router hands the client's authorization on to sandboxd's own gRPC port
-// only (allow-all), the one it reaches when the keys name no port, as a client of a cluster's
-// router sends them: a sandboxd on 9090 at a loopback address of its own.
+// TestRouterToken: the router hands the client's authorization on to sandboxd's own ports only
+// (allow-all), those it reaches when the keys name no port, as a client of a cluster's router
+// sends them: a sandboxd on 9090 and 8080 at a loopback address of its own.
 func TestRouterToken(t *testing.T) {
 	r := startRouter(t)
 	tf := filepath.Join(t.TempDir(), "token")
@@ -195,7 +195,7 @@ func TestRouterToken(t *testing.T) {
 	for i := 0; i < 5 && d == nil; i++ {
 		host = fmt.Sprintf("127.%d.%d.%d", 1+mrand.IntN(254), 1+mrand.IntN(254), 2+mrand.IntN(253))
 		d, err = startDaemon(os.Getenv("SANDBOXD_BIN"), t.TempDir(), "--listen-host", host,
-			"--grpc-port", "9090", "--token-file", tf)
+			"--grpc-port", "9090", "--rest-port", "8080", "--token-file", tf)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +209,9 @@ func TestRouterToken(t *testing.T) {
 		}
 		if _, err := c.Execute(ctx(t), []string{"true"}); !errors.Is(err, want) {
 			t.Fatalf("token %q: %v, want %v", tok, err, want)
+		}
+		if _, err := c.WriteFile(ctx(t), "t.txt", []byte("token")); !errors.Is(err, want) {
+			t.Fatalf("token %q over REST: %v, want %v", tok, err, want)
 		}
 	}
 }

@@ -151,15 +151,19 @@ def daemon_at_default_ports(daemon_factory, tmp_path, token):
 
 
 def test_token_goes_through(router, daemon_factory, tmp_path):
-    # The router hands the client's Authorization on to sandboxd's own gRPC port only
-    # (allow-all): the keys name no port, as a client of a cluster's router sends them.
+    # The router hands the client's Authorization on to sandboxd's own ports only (allow-all):
+    # the keys name no port, as a client of a cluster's router sends them.
     d = daemon_at_default_ports(daemon_factory, tmp_path, "s3cret")
     keys = dict(router=router.url, name="sb", pod_ip=d.host, timeout=20.0)
     with sandboxd.Sandbox.connect(**keys, token="s3cret") as sb:
         assert sb.execute("echo ok").stdout == b"ok\n"
+        sb.files.write_bytes("t.txt", b"token")
+        assert sb.files.read_bytes("t.txt") == b"token"
     with sandboxd.Sandbox.connect(**keys, token="wrong") as sb:
         with pytest.raises(errors.UnauthenticatedError):
             sb.execute("true")
+        with pytest.raises(errors.UnauthenticatedError):
+            sb.files.stat("t.txt")
 
 
 def test_files_through_the_router(router, daemon, area, tmp_path):
