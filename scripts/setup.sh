@@ -34,6 +34,8 @@ DEB_PACKAGES=(
   libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev libyaml-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
+  # test/router/test_tls.py makes its certificates with the openssl tool.
+  openssl
   tmux
   # Terminals (test/integration/test_terminal*.py): a WebSocket client nobody here wrote, and a
   # real browser driven headless through its driver.

@@ -5,6 +5,7 @@
  * SIGTERM, drains. */
 #define _GNU_SOURCE
 #include <curl/curl.h>
+#include <errno.h>
 #include <grpc/grpc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "proxy.h"
 #include "relay.h"
 #include "resolver.h"
+#include "tls.h"
 
 static const char *arg_http_bind_address = ":8080";
 static const char *arg_probe_address = ":8081";
@@ -43,6 +45,11 @@ static uint64_t arg_retry_max_ms = 800;
 static long long arg_max_request_body_bytes;
 static long long arg_http_max_connections = 16384;
 static const char *arg_preview_domain = "";
+static const char *arg_https_bind_address = "";
+static const char *arg_tls_cert_file = "";
+static const char *arg_tls_key_file = "";
+static const char *arg_tls_client_ca_file = "";
+static enum sbx_mtls arg_mtls_mode = SBX_MTLS_OFF;
 static bool arg_access_log = true;
 static const char *arg_kubeconfig;
 static enum sbx_authz_mode arg_authz_mode = SBX_AUTHZ_ALLOW_ALL;
@@ -59,6 +66,18 @@ static uint64_t arg_wake_timeout_ms = 60000;
 static int opt_count(const char *v, void *dst)
 {
     return sbx_parse_int(v, 1, 1LL << 40, dst);
+}
+
+static int opt_mtls(const char *v, void *dst)
+{
+    static const char *const modes[] = {"off", "optional", "required"};
+
+    for (int i = 0; i < 3; i++)
+        if (strcmp(v, modes[i]) == 0) {
+            *(enum sbx_mtls *)dst = (enum sbx_mtls)i;
+            return 0;
+        }
+    return -EINVAL;
 }
 
 static int opt_count0(const char *v, void *dst)
@@ -113,6 +132,16 @@ static const struct sbx_flag flag_table[] = {
     {"preview-domain", sbx_flag_string, &arg_preview_domain,
      "serve preview URLs http://<port>-<name>.<namespace>.<domain>/ (wildcard DNS to the "
      "router); the path form /s/<namespace>/<name>/<port>/ needs none (\"\": host form off)"},
+    {"https-bind-address", sbx_flag_string, &arg_https_bind_address,
+     "address of the TLS port, \"host:port\" or \":port\" (\"\": none); gRPC (ALPN h2) and "
+     "HTTP/1.1 as on the plaintext port"},
+    {"tls-cert-file", sbx_flag_string, &arg_tls_cert_file,
+     "PEM certificate chain of the TLS port (read again when the file changes)"},
+    {"tls-key-file", sbx_flag_string, &arg_tls_key_file, "PEM private key of the TLS port"},
+    {"tls-client-ca-file", sbx_flag_string, &arg_tls_client_ca_file,
+     "PEM CAs that sign client certificates, for --mtls-mode"},
+    {"mtls-mode", opt_mtls, &arg_mtls_mode,
+     "client certificates on the TLS port: off, optional or required (off)"},
     {"access-log", sbx_flag_bool, &arg_access_log, "a log line per HTTP/1.1 request (true)"},
     {"kubeconfig", sbx_flag_string, &arg_kubeconfig,
      "kubeconfig file (else $KUBECONFIG, else the in-cluster service account)"},
@@ -148,7 +177,8 @@ struct router {
     struct sbx_relay *relay;
     struct sbx_router_http *http;
     struct sbx_proxy *proxy;
-    struct sbx_listener *listener;
+    struct sbx_tls *tls;
+    struct sbx_listener *listener, *tls_listener;
 };
 
 static void to_h2(void *arg, int fd)
@@ -162,7 +192,32 @@ static void to_h1(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
 {
     struct router *r = arg;
 
-    sbx_proxy_add(r->proxy, fd, peer, len);
+    sbx_proxy_add(r->proxy, fd, peer, len, false);
+}
+
+static void tls_to_h1(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    struct router *r = arg;
+
+    sbx_proxy_add(r->proxy, fd, peer, len, true);
+}
+
+/* The TLS port's connections, whatever their first bytes. */
+static void to_tls(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    struct router *r = arg;
+
+    sbx_tls_add(r->tls, fd, peer, len);
+}
+
+static void to_tls_h2(void *arg, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof(peer);
+
+    if (getpeername(fd, (struct sockaddr *)&peer, &len) < 0)
+        len = 0;
+    to_tls(arg, fd, (struct sockaddr *)&peer, len); /* an h2 preface in clear: TLS refuses it */
 }
 
 static bool ready(void *arg)
@@ -173,8 +228,15 @@ static bool ready(void *arg)
 static char *metrics(void *arg)
 {
     struct router *r = arg;
-    char *base = sbx_router_metrics(__atomic_load_n(&r->listener, __ATOMIC_ACQUIRE), r->relay,
-                                    r->proxy, r->authz);
+    struct sbx_router_parts parts = {
+        .listener = __atomic_load_n(&r->listener, __ATOMIC_ACQUIRE),
+        .tls_listener = __atomic_load_n(&r->tls_listener, __ATOMIC_ACQUIRE),
+        .relay = r->relay,
+        .proxy = r->proxy,
+        .tls = __atomic_load_n(&r->tls, __ATOMIC_ACQUIRE),
+        .authz = r->authz,
+    };
+    char *base = sbx_router_metrics(&parts);
     char *cache = sbx_resolver_metrics(r->resolver), *out = NULL;
 
     if (base && cache && asprintf(&out, "%s%s", base, cache) < 0)
@@ -262,6 +324,45 @@ static int start_resolver(struct router *r, struct sbx_error *err)
     return sbx_resolver_new(&r->resolver, &o, err);
 }
 
+/* The TLS port, when one is asked for. */
+static int start_tls(struct router *r, struct sbx_error *err)
+{
+    struct sbx_tls_opts to = {.cert_file = arg_tls_cert_file,
+                              .key_file = arg_tls_key_file,
+                              .client_ca_file = arg_tls_client_ca_file,
+                              .mtls = arg_mtls_mode,
+                              .handshake_timeout_ms = arg_head_timeout_ms,
+                              .max_connections = (unsigned)arg_http_max_connections,
+                              .h2 = to_h2,
+                              .h1 = tls_to_h1,
+                              .arg = r};
+    struct sbx_listener_opts lo = {.head_timeout_ms = (unsigned)arg_head_timeout_ms,
+                                   .max_pending = 4096,
+                                   .h2 = to_tls_h2,
+                                   .h1 = to_tls,
+                                   .arg = r};
+    struct sbx_listener *l = NULL;
+    struct sbx_tls *t = NULL;
+    char host[128];
+    int rc;
+
+    if (!*arg_https_bind_address) {
+        if (*arg_tls_cert_file || *arg_tls_key_file)
+            log_warn(0, "router: --tls-cert-file without --https-bind-address: no TLS port");
+        return 0;
+    }
+    if ((rc = sbx_listener_parse_addr(arg_https_bind_address, host, sizeof(host), &lo.port, err)) <
+            0 ||
+        (rc = sbx_tls_new(&t, &to, err)) < 0)
+        return rc;
+    __atomic_store_n(&r->tls, t, __ATOMIC_RELEASE);
+    lo.host = *host ? host : NULL;
+    if ((rc = sbx_listener_start(&l, &lo, err)) < 0)
+        return rc;
+    __atomic_store_n(&r->tls_listener, l, __ATOMIC_RELEASE);
+    return 0;
+}
+
 static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *err)
 {
     struct sbx_router_http_opts ho = {.probe_addr = arg_probe_address,
@@ -294,7 +395,9 @@ static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *
         (rc = sbx_listener_start(&l, &lo, err)) < 0)
         return rc;
     __atomic_store_n(&r->listener, l, __ATOMIC_RELEASE); /* /metrics may be reading */
-    sbx_router_http_set_ready(r->http, true);            /* every listener is bound */
+    if ((rc = start_tls(r, err)) < 0)
+        return rc;
+    sbx_router_http_set_ready(r->http, true); /* every listener is bound */
     return 0;
 }
 
@@ -303,13 +406,16 @@ static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *
 static void stop(struct router *r)
 {
     sbx_listener_stop(r->listener);
+    sbx_listener_stop(r->tls_listener);
     if (r->proxy)
         sbx_proxy_shutdown(r->proxy, arg_shutdown_timeout_ms);
     sbx_relay_shutdown(r->relay, arg_shutdown_timeout_ms);
     sbx_router_http_stop(r->http);
+    sbx_tls_free(r->tls); /* what still holds a TLS connection open goes */
     sbx_proxy_free(r->proxy);
     sbx_relay_free(r->relay);
     sbx_listener_free(r->listener);
+    sbx_listener_free(r->tls_listener);
     sbx_authz_free(r->authz); /* after the relay and the proxy: their threads may be deciding */
     sbx_resolver_free(r->resolver); /* likewise resolving; its informers use the client */
     sbx_kube_free(r->kube);
@@ -348,6 +454,8 @@ int main(int argc, char **argv)
     o.max_upstreams = (unsigned)arg_max_upstreams;
     o.target.allow_loopback_pod_ip = arg_allow_loopback_pod_ip;
     o.target.cluster_domain = arg_cluster_domain;
+    signal(SIGPIPE,
+           SIG_IGN); /* OpenSSL writes with write(2): a client gone is an error, not a death */
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);

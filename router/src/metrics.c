@@ -10,18 +10,23 @@ static void counter(FILE *f, const char *name, const char *help, const char *typ
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void listener_section(FILE *f, struct sbx_listener *l)
+static void listener_section(FILE *f, struct sbx_listener *l, struct sbx_listener *tls)
 {
-    uint64_t h2 = 0, h1 = 0, dropped = 0;
+    uint64_t h2 = 0, h1 = 0, dropped = 0, t2 = 0, t1 = 0, td = 0;
 
     if (l)
         sbx_listener_counts(l, &h2, &h1, &dropped);
+    if (tls)
+        sbx_listener_counts(tls, &t2, &t1, &td);
+    dropped += td;
     counter(f, "sandbox_router_connections_total", "Client connections by protocol.", "counter");
     fprintf(f,
             "sandbox_router_connections_total{protocol=\"h2\"} %llu\n"
             "sandbox_router_connections_total{protocol=\"http1\"} %llu\n"
+            "sandbox_router_connections_total{protocol=\"tls\"} %llu\n"
             "sandbox_router_connections_total{protocol=\"none\"} %llu\n",
-            (unsigned long long)h2, (unsigned long long)h1, (unsigned long long)dropped);
+            (unsigned long long)h2, (unsigned long long)h1, (unsigned long long)(t1 + t2),
+            (unsigned long long)dropped);
 }
 
 static void relay_section(FILE *f, struct sbx_relay *r)
@@ -107,8 +112,30 @@ static void authz_section(FILE *f, struct sbx_authz *a)
             (unsigned long long)allow, (unsigned long long)deny);
 }
 
-char *sbx_router_metrics(struct sbx_listener *l, struct sbx_relay *r, struct sbx_proxy *p,
-                         struct sbx_authz *a)
+static void tls_section(FILE *f, struct sbx_tls *t)
+{
+    struct sbx_tls_stats s = {0};
+
+    if (!t)
+        return;
+    sbx_tls_stats(t, &s);
+    counter(f, "sandbox_router_cert_reloads_total",
+            "Server certificate reloads after its files changed, by outcome.", "counter");
+    fprintf(f,
+            "sandbox_router_cert_reloads_total{outcome=\"success\"} %llu\n"
+            "sandbox_router_cert_reloads_total{outcome=\"failure\"} %llu\n",
+            (unsigned long long)s.reloads_ok, (unsigned long long)s.reloads_failed);
+    counter(f, "sandbox_router_tls_connections_total", "TLS connections accepted.", "counter");
+    fprintf(f, "sandbox_router_tls_connections_total %llu\n", (unsigned long long)s.connections);
+    counter(f, "sandbox_router_tls_connections_open", "TLS connections open.", "gauge");
+    fprintf(f, "sandbox_router_tls_connections_open %llu\n", (unsigned long long)s.open);
+    counter(f, "sandbox_router_tls_handshake_failures_total", "TLS handshakes that failed.",
+            "counter");
+    fprintf(f, "sandbox_router_tls_handshake_failures_total %llu\n",
+            (unsigned long long)s.handshake_failures);
+}
+
+char *sbx_router_metrics(const struct sbx_router_parts *parts)
 {
     char *out = NULL;
     size_t len = 0;
@@ -116,10 +143,11 @@ char *sbx_router_metrics(struct sbx_listener *l, struct sbx_relay *r, struct sbx
 
     if (!f)
         return NULL;
-    listener_section(f, l);
-    relay_section(f, r);
-    proxy_section(f, p);
-    authz_section(f, a);
+    listener_section(f, parts->listener, parts->tls_listener);
+    relay_section(f, parts->relay);
+    proxy_section(f, parts->proxy);
+    tls_section(f, parts->tls);
+    authz_section(f, parts->authz);
     if (fclose(f) != 0) {
         free(out);
         return NULL;

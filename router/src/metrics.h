@@ -7,7 +7,16 @@
 #include "listener.h"
 #include "proxy.h"
 #include "relay.h"
+#include "tls.h"
 
-/* malloc'ed; NULL without memory. Any of the parts may be NULL (not started). */
-char *sbx_router_metrics(struct sbx_listener *l, struct sbx_relay *r, struct sbx_proxy *p,
-                         struct sbx_authz *a);
+/* What counts: any part may be NULL (not started, or not configured). */
+struct sbx_router_parts {
+    struct sbx_listener *listener, *tls_listener;
+    struct sbx_relay *relay;
+    struct sbx_proxy *proxy;
+    struct sbx_tls *tls;
+    struct sbx_authz *authz;
+};
+
+/* malloc'ed; NULL without memory. */
+char *sbx_router_metrics(const struct sbx_router_parts *parts);

@@ -91,7 +91,8 @@ static void refuse_busy(int fd)
     close(fd);
 }
 
-void sbx_proxy_add(struct sbx_proxy *p, int fd, const struct sockaddr *peer, socklen_t len)
+void sbx_proxy_add(struct sbx_proxy *p, int fd, const struct sockaddr *peer, socklen_t len,
+                   bool tls)
 {
     struct proxy_conn *c = calloc(1, sizeof(*c));
     pthread_attr_t attr;
@@ -109,6 +110,7 @@ void sbx_proxy_add(struct sbx_proxy *p, int fd, const struct sockaddr *peer, soc
     c->p = p;
     c->cfd = fd;
     c->ufd = -1;
+    c->tls = tls;
     peer_name(peer, c->peer, sizeof(c->peer));
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     pthread_mutex_lock(&p->lock);

@@ -48,8 +48,10 @@ struct sbx_proxy_stats {
 
 int sbx_proxy_new(struct sbx_proxy **ret, const struct sbx_proxy_opts *o, struct sbx_error *err);
 
-/* Serves a client connection (fd taken); any thread may call. */
-void sbx_proxy_add(struct sbx_proxy *p, int fd, const struct sockaddr *peer, socklen_t len);
+/* Serves a client connection (fd taken); any thread may call. tls: it came through the HTTPS
+ * port (fd is the plaintext side; X-Forwarded-Proto says https). */
+void sbx_proxy_add(struct sbx_proxy *p, int fd, const struct sockaddr *peer, socklen_t len,
+                   bool tls);
 
 void sbx_proxy_stats(struct sbx_proxy *p, struct sbx_proxy_stats *s);
 

@@ -233,7 +233,7 @@ static int build_request(struct proxy_conn *c, const struct sbx_h1_msg *m, const
         const struct sbx_h1_field *f = sbx_h1_get(m, "Upgrade");
         PUT("Connection: Upgrade\r\nUpgrade: %.*s\r\n", (int)f->value_len, f->value);
     }
-    PUT("X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n", c->peer);
+    PUT("X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\n", c->peer, c->tls ? "https" : "http");
     if (field_str(m, "Host", fwd_host, sizeof(fwd_host)))
         PUT("X-Forwarded-Host: %s\r\n", fwd_host);
     PUT("\r\n");

@@ -32,6 +32,7 @@ struct proxy_conn {
     char peer[64];             /* the client's address, for X-Forwarded-For */
     char host[PROXY_HOST_MAX]; /* the upstream ufd leads to */
     bool idle;                 /* waiting for a request head: may be cut at once to drain */
+    bool tls;                  /* came through the HTTPS port */
     struct pipe up, down;      /* client to upstream, upstream to client */
 };
 
