@@ -100,6 +100,7 @@ int sbx_tls_new(struct sbx_tls **ret, const struct sbx_tls_opts *o, struct sbx_e
     t->o = *o;
     t->pair_listener = -1;
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->pair_lock, NULL);
     pthread_cond_init(&t->gone, NULL);
     stamp(o->cert_file, &t->cert);
     stamp(o->key_file, &t->key);
@@ -173,6 +174,7 @@ void sbx_tls_free(struct sbx_tls *t)
     if (t->pair_listener >= 0)
         close(t->pair_listener);
     pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->pair_lock);
     pthread_cond_destroy(&t->gone);
     free(t);
 }

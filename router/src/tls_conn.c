@@ -181,53 +181,66 @@ static void pump(SSL *ssl, int fd, int plain, struct tls_conn *c, int other, boo
     free(out);
 }
 
-/* A connected pair of loopback TCP sockets, through the router's private listener, for an h2
- * connection: gRPC C core's fd transport (1.51) reads a Unix socket pair only when it closes. */
-static int tcp_pair(struct sbx_tls *t, int sp[2])
+/* The private loopback listener the pairs are made through (made once). Under pair_lock. */
+static int pair_listener(struct sbx_tls *t, struct sockaddr_in *a)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)}, ours;
-    socklen_t len = sizeof(a);
+    socklen_t len = sizeof(*a);
 
-    pthread_mutex_lock(&t->lock);
     if (t->pair_listener < 0) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 64) < 0)) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        *a = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fd >= 0 && (bind(fd, (struct sockaddr *)a, sizeof(*a)) < 0 || listen(fd, 64) < 0)) {
             close(fd);
             fd = -1;
         }
         t->pair_listener = fd;
     }
-    pthread_mutex_unlock(&t->lock);
-    if (t->pair_listener < 0 || getsockname(t->pair_listener, (struct sockaddr *)&a, &len) < 0)
+    return t->pair_listener < 0 || getsockname(t->pair_listener, (struct sockaddr *)a, &len) < 0
+               ? -1
+               : 0;
+}
+
+/* Accepts the connection whose peer is ours (a stranger's is closed), waiting at most 1 s. */
+static int accept_ours(int listener, const struct sockaddr_in *ours)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        struct sockaddr_in peer;
+        socklen_t plen = sizeof(peer);
+        struct pollfd pfd = {.fd = listener, .events = POLLIN};
+        int fd = accept4(listener, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
+        if (fd >= 0 && peer.sin_port == ours->sin_port &&
+            peer.sin_addr.s_addr == ours->sin_addr.s_addr)
+            return fd;
+        if (fd >= 0)
+            close(fd);
+        else if (errno != EAGAIN || poll(&pfd, 1, 1000) <= 0)
+            return -1;
+    }
+    return -1;
+}
+
+/* A connected pair of loopback TCP sockets, through the router's private listener, for an h2
+ * connection: gRPC C core's fd transport (1.51) reads a Unix socket pair only when it closes.
+ * Made under a lock of its own, connect then accept, so each thread takes its own connection. */
+static int tcp_pair(struct sbx_tls *t, int sp[2])
+{
+    struct sockaddr_in a, ours;
+    socklen_t len = sizeof(ours);
+    int one = 1;
+
+    pthread_mutex_lock(&t->pair_lock);
+    if (pair_listener(t, &a) < 0 || (sp[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+        pthread_mutex_unlock(&t->pair_lock);
         return -1;
-    len = sizeof(ours);
-    if ((sp[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-        return -1;
+    }
     if (connect(sp[0], (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        getsockname(sp[0], (struct sockaddr *)&ours, &len) < 0) {
+        getsockname(sp[0], (struct sockaddr *)&ours, &len) < 0 ||
+        (sp[1] = accept_ours(t->pair_listener, &ours)) < 0) {
+        pthread_mutex_unlock(&t->pair_lock);
         close(sp[0]);
         return -1;
     }
-    /* The listener is shared: take the connection whose peer is ours (another thread's, or a
-     * stranger's, is not), under the lock so each thread accepts its own. */
-    pthread_mutex_lock(&t->lock);
-    for (int tries = 0;; tries++) {
-        struct sockaddr_in peer;
-        socklen_t plen = sizeof(peer);
-        sp[1] = accept4(t->pair_listener, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
-        if (sp[1] >= 0 && peer.sin_port == ours.sin_port &&
-            peer.sin_addr.s_addr == ours.sin_addr.s_addr)
-            break;
-        if (sp[1] >= 0)
-            close(sp[1]);
-        if (sp[1] < 0 || tries == 16) {
-            pthread_mutex_unlock(&t->lock);
-            close(sp[0]);
-            return -1;
-        }
-    }
-    pthread_mutex_unlock(&t->lock);
-    int one = 1;
+    pthread_mutex_unlock(&t->pair_lock);
     setsockopt(sp[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(sp[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return 0;

@@ -19,7 +19,7 @@ import grpc
 import pytest
 import websockets
 
-from conftest import free_port, wait_until
+from conftest import Meta, free_port, wait_until
 
 T = 30.0
 
@@ -120,12 +120,10 @@ def test_forwarded_proto_is_https(trouter, echo, pki):
 
 
 def test_grpc_over_tls_through_alpn(trouter, sandboxd, pki, tools):
-    from test_grpc_relay import _Meta
-
     creds = grpc.ssl_channel_credentials(root_certificates=(pki / "ca.pem").read_bytes())
     ch = grpc.intercept_channel(
         grpc.secure_channel(f"localhost:{trouter.tls_port}", creds),
-        _Meta((("x-sandbox-id", "sb"), ("x-sandbox-pod-ip", "127.0.0.1"),
+        Meta((("x-sandbox-id", "sb"), ("x-sandbox-pod-ip", "127.0.0.1"),
                ("x-sandbox-port", str(sandboxd.port)))))
     check = ch.unary_unary("/grpc.health.v1.Health/Check")
     assert check(b"", timeout=T) == b"\x08\x01"  # SERVING
