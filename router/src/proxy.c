@@ -34,6 +34,10 @@ static void conn_free(struct proxy_conn *c)
         close(c->cfd);
     if (c->ufd >= 0)
         close(c->ufd);
+    if (c->kpipe[0] >= 0) {
+        close(c->kpipe[0]);
+        close(c->kpipe[1]);
+    }
     free(c->up.buf);
     free(c->down.buf);
     free(c->up.pre);
@@ -110,6 +114,7 @@ void sbx_proxy_add(struct sbx_proxy *p, int fd, const struct sockaddr *peer, soc
     c->p = p;
     c->cfd = fd;
     c->ufd = -1;
+    c->kpipe[0] = c->kpipe[1] = -1;
     c->tls = tls;
     peer_name(peer, c->peer, sizeof(c->peer));
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

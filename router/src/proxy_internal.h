@@ -34,19 +34,22 @@ struct proxy_conn {
     bool idle;                 /* waiting for a request head: may be cut at once to drain */
     bool tls;                  /* came through the HTTPS port */
     struct pipe up, down;      /* client to upstream, upstream to client */
+    int kpipe[2];              /* the kernel pipe bodies are spliced through (-1: none yet) */
+    size_t kheld;              /* bytes in it */
 };
 
 /* What one request needs through its exchange. */
 struct exchange {
     struct sbx_h1_body req, resp;
     bool req_done, head_request, client_http10;
-    bool upgrade;       /* the request asked for one */
-    bool close_after;   /* the client connection ends with this response */
-    bool keep_upstream; /* the upstream connection may serve another request */
-    bool reused;        /* ufd served a request before this one */
-    bool rerouted;      /* resolved again after its cached address proved dead */
-    int resp_state;     /* EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL */
-    int status;         /* the response's, once its head came */
+    bool upgrade;                /* the request asked for one */
+    bool close_after;            /* the client connection ends with this response */
+    bool keep_upstream;          /* the upstream connection may serve another request */
+    bool reused;                 /* ufd served a request before this one */
+    bool splice_up, splice_down; /* a body moving through the kernel pipe */
+    bool rerouted;               /* resolved again after its cached address proved dead */
+    int resp_state;              /* EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL */
+    int status;                  /* the response's, once its head came */
     uint64_t head_wait_ms;
     uint64_t resp_bytes;       /* of the response, read from the upstream */
     struct sbx_authz_http *az; /* the authorizer's word on it (NULL: no authorizer) */
@@ -78,6 +81,11 @@ int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool cl
  * when the client connection may serve another request, 1 to close it quietly, -errno when the
  * upstream failed before any response byte reached the client (the caller answers). */
 int proxy_exchange(struct proxy_conn *c, struct exchange *x);
+
+/* proxy_splice.c: moves a Content-Length body (the response's, else the request's) from socket
+ * to socket through a kernel pipe, never through our buffers, when nothing of it is in them: 1
+ * on progress, 0 to wait (the events are added), -1 when the body was cut. */
+int proxy_splice(struct proxy_conn *c, struct exchange *x, short *cfd_ev, short *ufd_ev);
 
 /* proxy_dial.c: a connected, non-blocking socket to host ("ip:port", "[v6]:port",
  * "name:port"), with the proxy's retries; -errno with the reason in err. */

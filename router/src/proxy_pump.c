@@ -272,14 +272,14 @@ static int step(struct proxy_conn *c, struct exchange *x, struct pollfd *pfd, bo
     uint64_t up_bytes = 0, down_bytes = 0;
     int rc;
 
-    if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+    if ((pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && !x->splice_up) {
         if ((rc = pipe_read(c->cfd, &c->up)) < 0)
             return DONE_CLOSE;
         *progress |= rc > 0;
         if (c->up.eof && x->resp_state != EX_TUNNEL)
             return DONE_CLOSE; /* the client went away */
     }
-    if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+    if ((pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) && !x->splice_down) {
         size_t before = c->down.rend;
         if ((rc = pipe_read(c->ufd, &c->down)) < 0)
             return failed(x, rc);
@@ -320,6 +320,9 @@ int proxy_exchange(struct proxy_conn *c, struct exchange *x)
     c->down.woff = c->down.wend = c->down.rend = 0;
     c->down.eof = c->down.shut = c->up.shut = false;
     c->down.pre_len = c->down.pre_off = 0;
+    x->splice_up = x->splice_down = false;
+    if (c->kheld) /* bytes left in the pipe by a cut exchange: the connection cannot go on */
+        return -EPROTO;
     x->resp_state = EX_HEAD;
     x->resp_bytes = 0;
     x->status = 0;
@@ -337,13 +340,19 @@ int proxy_exchange(struct proxy_conn *c, struct exchange *x)
             half_close(&c->up, c->ufd);
             half_close(&c->down, c->cfd);
         }
+        if ((rc = proxy_splice(c, x, &pfd[0].events, &pfd[1].events)) < 0)
+            return DONE_CLOSE;
+        if (rc > 0) {
+            last = proxy_now_ms();
+            continue;
+        }
         if (!sent && x->req_done && !pipe_pending(&c->up))
             sent = proxy_now_ms();
-        if (c->up.rend < PROXY_BUF && !c->up.eof)
+        if (c->up.rend < PROXY_BUF && !c->up.eof && !x->splice_up)
             pfd[0].events |= POLLIN;
         if (pipe_pending(&c->down))
             pfd[0].events |= POLLOUT;
-        if (c->down.rend < PROXY_BUF && !c->down.eof && x->resp_state != EX_DONE)
+        if (c->down.rend < PROXY_BUF && !c->down.eof && x->resp_state != EX_DONE && !x->splice_down)
             pfd[1].events |= POLLIN;
         if (pipe_pending(&c->up))
             pfd[1].events |= POLLOUT;
