@@ -8,6 +8,7 @@
 #include "object.h"
 
 #define SANDBOX_GROUP "agents.x-k8s.io"
+#define SUMMARY       "sbx.router/entry" /* what a projected Pod keeps of its spec and status */
 
 struct sbx_podcache {
     pthread_rwlock_t lock;
@@ -73,7 +74,8 @@ static bool copy(char *dst, size_t size, const char *s)
     return s && *s && snprintf(dst, size, "%s", s) < (int)size;
 }
 
-enum sbx_pod_kind sbx_pod_entry_from(json_t *pod, struct sbx_pod_entry *e)
+/* A Pod as the API gives it. */
+static enum sbx_pod_kind read_pod(json_t *pod, struct sbx_pod_entry *e)
 {
     json_t *meta = json_object_get(pod, "metadata");
     const char *ip = str(json_object_get(pod, "status"), "podIP");
@@ -91,43 +93,51 @@ enum sbx_pod_kind sbx_pod_entry_from(json_t *pod, struct sbx_pod_entry *e)
     return SBX_POD_ROUTABLE;
 }
 
-static void keep_ports(json_t *spec)
+/* A projected Pod: its metadata and SUMMARY, "<kind> <uid> <ip> <grpc> <http> <unclaimed>" ("-"
+ * for an empty string). */
+static enum sbx_pod_kind read_summary(json_t *pod, const char *sum, struct sbx_pod_entry *e)
 {
-    static const char *const spec_keep[] = {"containers", NULL};
-    static const char *const c_keep[] = {"ports", NULL};
-    static const char *const p_keep[] = {"name", "containerPort", NULL};
-    json_t *c, *p;
-    size_t i, j;
+    json_t *meta = json_object_get(pod, "metadata");
+    int kind, unclaimed;
 
-    sbx_json_keep(spec, spec_keep);
-    json_array_foreach(json_object_get(spec, "containers"), i, c)
-    {
-        sbx_json_keep(c, c_keep);
-        json_array_foreach(json_object_get(c, "ports"), j, p) sbx_json_keep(p, p_keep);
-    }
+    memset(e, 0, sizeof(*e));
+    if (sscanf(sum, "%d %63s %47s %d %d %d", &kind, e->uid, e->ip, &e->grpc_port, &e->http_port,
+               &unclaimed) != 6 ||
+        kind < SBX_POD_OTHER || kind > SBX_POD_ROUTABLE)
+        return SBX_POD_OTHER;
+    if (!strcmp(e->uid, "-"))
+        e->uid[0] = '\0';
+    if (!strcmp(e->ip, "-"))
+        e->ip[0] = '\0';
+    e->unclaimed = unclaimed;
+    copy(e->ns, sizeof(e->ns), str(meta, "namespace"));
+    copy(e->name, sizeof(e->name), str(meta, "name"));
+    return (enum sbx_pod_kind)kind;
+}
+
+enum sbx_pod_kind sbx_pod_entry_from(json_t *pod, struct sbx_pod_entry *e)
+{
+    const char *sum = str(pod, SUMMARY);
+
+    return sum ? read_summary(pod, sum, e) : read_pod(pod, e);
 }
 
 void sbx_pod_project(json_t *pod)
 {
-    static const char *const top[] = {"metadata", "spec", "status", NULL};
-    static const char *const meta_keep[] = {
-        "name", "namespace", "uid", "labels", "ownerReferences", "resourceVersion", NULL};
-    static const char *const label_keep[] = {SBX_POD_LABEL_POOL, NULL};
-    static const char *const status_keep[] = {"podIP", "conditions", NULL};
-    json_t *meta = json_object_get(pod, "metadata"), *status = json_object_get(pod, "status");
-    json_t *ready = sbx_condition(pod, "Ready");
+    static const char *const top[] = {"metadata", SUMMARY, NULL};
+    static const char *const meta_keep[] = {"name", "namespace", "resourceVersion", NULL};
+    struct sbx_pod_entry e;
+    enum sbx_pod_kind kind;
+    char sum[160];
 
+    if (json_object_get(pod, SUMMARY))
+        return; /* projected already */
+    kind = read_pod(pod, &e);
+    snprintf(sum, sizeof(sum), "%d %s %s %d %d %d", (int)kind, *e.uid ? e.uid : "-",
+             *e.ip ? e.ip : "-", e.grpc_port, e.http_port, (int)e.unclaimed);
+    json_object_set_new(pod, SUMMARY, json_string(sum));
     sbx_json_keep(pod, top);
-    sbx_json_keep(meta, meta_keep);
-    if (json_is_object(json_object_get(meta, "labels")))
-        sbx_json_keep(json_object_get(meta, "labels"), label_keep);
-    if (json_is_object(json_object_get(pod, "spec")))
-        keep_ports(json_object_get(pod, "spec"));
-    if (!json_is_object(status))
-        return;
-    json_incref(ready);
-    sbx_json_keep(status, status_keep);
-    json_object_set_new(status, "conditions", ready ? json_pack("[o]", ready) : json_array());
+    sbx_json_keep(json_object_get(pod, "metadata"), meta_keep);
 }
 
 /* ------------------------------------------------------------------------------------------ */

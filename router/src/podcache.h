@@ -31,10 +31,12 @@ enum sbx_pod_kind {
     SBX_POD_ROUTABLE,   /* e filled */
 };
 
-/* Reads a Pod object (borrowed) into e. */
+/* Reads a Pod object (borrowed; as the API gives it, or projected) into e. */
 enum sbx_pod_kind sbx_pod_entry_from(json_t *pod, struct sbx_pod_entry *e);
 
-/* Keeps of a Pod what sbx_pod_entry_from reads (an informer's projection). */
+/* An informer's projection: the Pod becomes its metadata (name, namespace, resourceVersion) and
+ * one string that sums up what sbx_pod_entry_from reads, a few hundred bytes where the
+ * projected Pod's fields were kilobytes. Idempotent. */
 void sbx_pod_project(json_t *pod);
 
 struct sbx_podcache;

@@ -22,6 +22,7 @@
 #define DEFAULT_HTTP 8080
 #define KEY_SIZE     136              /* "ns/name" of two labels */
 #define MAX_WAKE_MS  (3600 * 1000ull) /* the longest --wake-timeout */
+#define PAGE_SIZE    50               /* objects per list page: what one page parses stays small */
 
 enum source { SRC_POD_IP, SRC_CACHE, SRC_CACHE_NAME, SRC_DNS, N_SRC };
 static const char *const source_name[N_SRC] = {"pod-ip", "cache", "cache-name", "dns"};
@@ -78,6 +79,19 @@ static void on_sandbox(enum sbx_event ev, json_t *sb, void *arg)
     notify(arg);
 }
 
+/* Leaves in obj's status.conditions the condition of this type alone, with its type and status
+ * (an empty list when there is none). */
+static void keep_condition(json_t *obj, const char *type)
+{
+    static const char *const cond_keep[] = {"type", "status", NULL};
+    json_t *status = json_object_get(obj, "status"), *cond = json_incref(sbx_condition(obj, type));
+
+    if (cond)
+        sbx_json_keep(cond, cond_keep);
+    /* A new array holds it alone (json_pack steals the reference). */
+    json_object_set_new(status, "conditions", cond ? json_pack("[o]", cond) : json_array());
+}
+
 /* What the resolver reads of a Sandbox: its names, the warm-pool label, operatingMode, Ready. */
 static void project_sandbox(json_t *sb)
 {
@@ -86,8 +100,8 @@ static void project_sandbox(json_t *sb)
                                             "labels", "resourceVersion", NULL};
     static const char *const label_keep[] = {SBX_POD_LABEL_POOL, NULL};
     static const char *const spec_keep[] = {"operatingMode", NULL};
-    json_t *meta = json_object_get(sb, "metadata"), *status = json_object_get(sb, "status");
-    json_t *ready = json_incref(sbx_condition(sb, "Ready"));
+    static const char *const status_keep[] = {"conditions", NULL};
+    json_t *meta = json_object_get(sb, "metadata");
 
     sbx_json_keep(sb, top);
     sbx_json_keep(meta, meta_keep);
@@ -95,12 +109,10 @@ static void project_sandbox(json_t *sb)
         sbx_json_keep(json_object_get(meta, "labels"), label_keep);
     if (json_is_object(json_object_get(sb, "spec")))
         sbx_json_keep(json_object_get(sb, "spec"), spec_keep);
-    if (json_is_object(status))
-        json_object_set_new(sb, "status",
-                            ready ? json_pack("{s:[o]}", "conditions", ready)
-                                  : json_pack("{s:[]}", "conditions"));
-    else
-        json_decref(ready);
+    if (json_is_object(json_object_get(sb, "status"))) {
+        sbx_json_keep(json_object_get(sb, "status"), status_keep);
+        keep_condition(sb, "Ready");
+    }
 }
 
 static int start_cache(struct sbx_resolver *r, struct sbx_error *err)
@@ -122,12 +134,14 @@ static int start_cache(struct sbx_resolver *r, struct sbx_error *err)
                                    .label_selector = SBX_POD_LABEL_HASH,
                                    .fn = on_pod,
                                    .arg = r,
-                                   .project = sbx_pod_project};
+                                   .project = sbx_pod_project,
+                                   .page_size = PAGE_SIZE};
     struct sbx_informer_opts so = {.name = "router sandboxes",
                                    .path = sandboxes,
                                    .fn = on_sandbox,
                                    .arg = r,
-                                   .project = project_sandbox};
+                                   .project = project_sandbox,
+                                   .page_size = PAGE_SIZE};
     if ((rc = sbx_informer_start(r->kube, &po, &r->pods, err)) < 0 ||
         (rc = sbx_informer_start(r->kube, &so, &r->sandboxes, err)) < 0)
         return rc;

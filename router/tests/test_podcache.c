@@ -44,8 +44,12 @@ static void reading(void)
     ok(sbx_pod_entry_from(p, &e) == SBX_POD_ROUTABLE && e.grpc_port == 19090 &&
            e.http_port == 18080 && !strcmp(e.ip, "10.0.0.5"),
        "the projection keeps what is read");
-    ok(json_array_size(json_object_get(json_object_get(p, "status"), "conditions")) == 1,
-       "the projection keeps the Ready condition alone");
+    ok(json_object_size(p) == 2 && json_object_size(json_object_get(p, "metadata")) == 2,
+       "projected: its metadata's names (and version, which this one has not), the summary");
+    sbx_pod_project(p);
+    ok(sbx_pod_entry_from(p, &e) == SBX_POD_ROUTABLE && !strcmp(e.uid, "u1") &&
+           !strcmp(e.name, "sb") && !strcmp(e.ns, "ns"),
+       "projecting twice changes nothing");
     json_decref(p);
 
     p = pod("sb", "u1", "10.0.0.5", false, false);
@@ -54,9 +58,14 @@ static void reading(void)
     json_decref(p);
     p = pod("sb", "u1", "", true, false);
     ok(sbx_pod_entry_from(p, &e) == SBX_POD_UNROUTABLE, "no IP: unroutable");
+    sbx_pod_project(p);
+    ok(sbx_pod_entry_from(p, &e) == SBX_POD_UNROUTABLE && !strcmp(e.uid, "u1") && !*e.ip,
+       "unroutable, projected: still its sandbox's (a deletion finds the entry)");
     json_decref(p);
     p = pod("sb", "u1", "10.0.0.5", true, true);
     ok(sbx_pod_entry_from(p, &e) == SBX_POD_ROUTABLE && e.unclaimed, "the warm-pool label read");
+    sbx_pod_project(p);
+    ok(sbx_pod_entry_from(p, &e) == SBX_POD_ROUTABLE && e.unclaimed, "and kept by the projection");
     json_decref(p);
 
     p = pod("sb", "u1", "10.0.0.5", true, false);
@@ -67,6 +76,8 @@ static void reading(void)
     ok(sbx_pod_entry_from(p, &e) == SBX_POD_ROUTABLE, "a versionless group matches");
     json_object_set_new(ref, "controller", json_false());
     ok(sbx_pod_entry_from(p, &e) == SBX_POD_OTHER, "an owner that is not the controller: not ours");
+    sbx_pod_project(p);
+    ok(sbx_pod_entry_from(p, &e) == SBX_POD_OTHER, "not ours, projected: not ours");
     json_decref(p);
 }
 
