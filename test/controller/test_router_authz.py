@@ -2,7 +2,9 @@
 with real sandboxd daemons behind the router on loopback, called over gRPC.
 
 tokenreview: a ServiceAccount's token (kubectl create token) is reviewed and let through, as any
-token the API server authenticates; garbage is refused; no token passes unless required; a router
+token the API server authenticates, over gRPC and HTTP (header, query parameter setting the
+cookie, cookie); garbage, a changed token and a revoked one (its ServiceAccount deleted) are
+refused; no token passes unless required; a router
 whose own identity may not create TokenReviews (RBAC) answers UNAVAILABLE; a decision is cached
 by the token: once the router has lost that right, a token it reviewed before still passes.
 
@@ -129,6 +131,9 @@ def start_sandboxd(d, name, host, port, token=None, rest_port=0):
                    what=f"{name} listening")
     assert p.alive(), p.tail()
     p.port = int(m.group(1))
+    p.rest_port = int(wait_until(lambda: re.search(r"rest listening on \S+ port (\d+)",
+                                                   p.log.read_text(errors="replace")), 30,
+                                 what=f"{name} REST listening").group(1))
     return p
 
 
@@ -188,6 +193,32 @@ def test_tokenreview(cluster, namespace, tmp_path, procs):
     assert r.call({**to, "authorization": f"Bearer {caller}x"}) == unauth, "forged"
     assert r.call(to) == b"hi\n", "no token: allowed unless required"
 
+    # A revoked token (its ServiceAccount deleted), once the API server says so itself.
+    k.create({"apiVersion": "v1", "kind": "ServiceAccount",
+              "metadata": {"name": "gone", "namespace": ns}})
+    gone = kubectl(cluster, "-n", ns, "create", "token", "gone")
+    k.delete("v1", "ServiceAccount", ns, "gone")
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+              "spec": {"token": gone}}
+    wait_until(lambda: not k.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+                                     review)["status"].get("authenticated"), 30, interval=0.2,
+               what="the API server to refuse the revoked token")
+    assert r.call({**to, "authorization": f"Bearer {gone}"}) == unauth, "revoked"
+
+    # The same over HTTP (sandboxd's REST port standing for any port): by header, by query
+    # parameter (which sets the cookie) and by that cookie; the reference's 401.
+    h = {"X-Sandbox-ID": "sb", "X-Sandbox-Namespace": ns, "X-Sandbox-Pod-IP": "127.0.0.1",
+         "X-Sandbox-Port": str(box.rest_port)}
+    assert http_get(r, "/v1/metadata", {**h, "Authorization": f"Bearer {caller}"})[0] == 200
+    status, headers, _ = http_get(r, f"/v1/metadata?token={caller}", h)
+    assert status == 200 and headers["set-cookie"].startswith(
+        f"sandbox-router-token={caller}; Path=/; HttpOnly; SameSite=Lax"), headers
+    assert http_get(r, "/v1/metadata", {**h, "Cookie": f"sandbox-router-token={caller}"})[0] == 200
+    assert http_get(r, "/v1/metadata", {**h, "Authorization": "Bearer not-a-token"}) == (
+        401, {}, {"detail": "unauthenticated"})
+    assert http_get(r, "/v1/metadata", {**h, "Authorization": f"Bearer {gone}"}) == (
+        401, {}, {"detail": "unauthenticated"})
+
     strict = Router(tmp_path, "router-strict", ["--authz-mode", "tokenreview", "--kubeconfig",
                                                 str(cfg), "--authz-tokenreview-require-token"])
     procs.append(strict)
@@ -205,6 +236,10 @@ def test_tokenreview(cluster, namespace, tmp_path, procs):
     code, details = wait_until(refused, 60, interval=0.5, what="the router's review refused")
     assert "TokenReview answered 403" in details, details
     assert r.call({**to, "authorization": f"Bearer {caller}"}) == b"hi\n", "cached"
+    fresh = kubectl(cluster, "-n", ns, "create", "token", "caller")
+    status, _, body = http_get(r, "/v1/metadata", {**h, "Authorization": f"Bearer {fresh}"})
+    assert status == 500 and body["detail"].startswith("tokenreview: TokenReview answered 403"), \
+        body
 
 
 def loopback_ip():
