@@ -35,8 +35,8 @@ bool proxy_authorize(struct proxy_conn *c, const struct sbx_h1_msg *m, const str
         .name = t->id,
         .overrides = has_field(m, "X-Sandbox-Pod-IP") || has_field(m, "X-Sandbox-UID"),
         /* Without a port key (and not a preview URL, which names one) the request goes to
-         * sandboxd's REST port. */
-        .sandboxd = t->port == c->p->o.default_port,
+         * sandboxd's REST port; a port the client names is a user's, whatever its number. */
+        .sandboxd = !has_field(m, "X-Sandbox-Port") && !pv->id[0],
         .target = target,
         .authorization = auth,
         .cookie = cookie,

@@ -633,8 +633,9 @@ static void authorize(struct call *c, const struct sbx_route_keys *k, const stru
         .ns = t->ns,
         .name = t->id,
         .overrides = (k->pod_ip && *k->pod_ip) || (k->uid && *k->uid),
-        /* Without a port key the call goes to sandboxd's gRPC port. */
-        .sandboxd = !k->port || t->port == r->o.default_port,
+        /* Without a port key the call goes to sandboxd's gRPC port; a port the client names is
+         * a user's, whatever its number (an app may hold 9090, sandboxd then another). */
+        .sandboxd = !k->port || !*k->port,
     };
     struct sbx_authz_verdict v;
     struct sbx_error e = {0};

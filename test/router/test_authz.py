@@ -174,6 +174,12 @@ def test_allow_all_passes_authorization_to_sandboxd_only(router, sandboxd_at_909
     c = routed_client(router.target, protos, md)
     assert c.execute(["echo", "hi"]).stdout == b"hi\n", "sandboxd's port: its token went on"
     c.close()
+    # The same port named by the client is a user's port (an app may hold 9090): not handed on.
+    c = routed_client(router.target, protos, md + (("x-sandbox-port", "9090"),))
+    with pytest.raises(grpc.RpcError) as e:
+        c.execute(["true"])
+    assert e.value.details() == "missing bearer token"
+    c.close()
     # A port the client names is a user's port: no credential of the client's reaches it.
     (tmp_path / "t2").write_text(d.token)
     user = sandboxd_factory(["--token-file", str(tmp_path / "t2")])
