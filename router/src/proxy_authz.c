@@ -41,6 +41,7 @@ bool proxy_authorize(struct proxy_conn *c, const struct sbx_h1_msg *m, const str
         .authorization = auth,
         .cookie = cookie,
         .cookie_path = "/",
+        .secure = c->tls, /* the cookie is sent back over TLS only */
     };
     bool ok = false;
 

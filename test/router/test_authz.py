@@ -17,6 +17,7 @@ test/controller."""
 import base64
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import random
@@ -25,9 +26,10 @@ import time
 import grpc
 import pytest
 
-from conftest import DaemonProcess, routed_client, wait_until, with_hosts
+from conftest import DaemonProcess, free_port, routed_client, wait_until, with_hosts
 from test_http_proxy import request
 from test_ports import metric
+from test_tls import ctx, pki, tls_args  # noqa: F401 - pki is a fixture
 from test_preview import App, browser, page_text  # noqa: F401 - browser is a fixture
 
 SECRET = b"0123456789abcdef0123456789abcdef-router-test-secret\n"
@@ -289,3 +291,24 @@ def test_browser_opens_a_scoped_preview_url_once(router_factory, tmp_path, app, 
     browser.delete_all_cookies()
     browser.get(base)
     assert "unauthenticated" in browser.page_source
+
+
+def test_cookie_is_secure_over_tls(router_factory, tmp_path, app, pki):
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    port = free_port()
+    r = router_factory(["--authz-mode", "scoped-token", "--authz-scoped-token-secret-file",
+                        str(secret), *tls_args(pki, port)],
+                       wrap=with_hosts(tmp_path / "hosts",
+                                       {"box-a.team-a.svc.cluster.local": "127.0.0.1"}))
+    tok = mint("team-a", "box-a", int(time.time()) + 600)
+    to = {"X-Sandbox-ID": "box-a", "X-Sandbox-Namespace": "team-a",
+          "X-Sandbox-Port": str(app.port)}
+    c = http.client.HTTPSConnection("localhost", port, timeout=30, context=ctx(pki))
+    c.request("GET", f"/data.json?token={tok}", headers=to)
+    resp = c.getresponse()
+    resp.read()
+    c.close()
+    assert resp.status == 200 and "; Secure" in resp.getheader("Set-Cookie")
+    plain, _ = request(r, "GET", f"/data.json?token={tok}", to)
+    assert "Secure" not in plain.getheader("Set-Cookie")
