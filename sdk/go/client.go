@@ -13,6 +13,7 @@ package sandboxd
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -45,6 +46,7 @@ type Client struct {
 	grpcRoute []string
 	httpRoute http.Header
 	shared    bool
+	tls       *tls.Config // a Router's, for wss:// terminals
 }
 
 type config struct {
@@ -59,6 +61,7 @@ type config struct {
 	httpClient *http.Client
 	dialOpts   []grpc.DialOption
 	route      route
+	tls        *tls.Config
 }
 
 // Option configures New.

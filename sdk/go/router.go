@@ -35,6 +35,7 @@ type Router struct {
 	base    string
 	token   string
 	timeout time.Duration
+	tls     *tls.Config
 }
 
 // route is what the routing options set.
@@ -47,6 +48,10 @@ func WithNamespace(ns string) Option { return func(c *config) { c.route.namespac
 
 // WithUID routes by the sandbox pod's UID (X-Sandbox-UID) through a Router.
 func WithUID(uid string) Option { return func(c *config) { c.route.uid = uid } }
+
+// WithTLSConfig is the TLS configuration of an https:// router (its RootCAs for a private
+// CA, client certificates); default: the system's roots.
+func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
 
 // WithPodIP routes to this pod IP (X-Sandbox-Pod-IP) through a Router, which checks it.
 func WithPodIP(ip string) Option { return func(c *config) { c.route.podIP = ip } }
@@ -76,7 +81,8 @@ func parseRouterURL(raw string) (target, base string, tls bool, err error) {
 
 // NewRouter makes the connection to the router at url (made lazily: NewRouter fails only on
 // bad settings). Options: WithToken (the default token of its sandboxes, else
-// $SANDBOXD_TOKEN), WithTimeout (theirs, 30s), WithHTTPClient, WithDialOptions.
+// $SANDBOXD_TOKEN), WithTimeout (theirs, 30s), WithTLSConfig (https://), WithHTTPClient,
+// WithDialOptions.
 func NewRouter(rawURL string, opts ...Option) (*Router, error) {
 	cfg, err := configure(config{timeout: 30 * time.Second}, opts)
 	if err != nil {
@@ -87,15 +93,24 @@ func NewRouter(rawURL string, opts ...Option) (*Router, error) {
 		return nil, err
 	}
 	creds := insecure.NewCredentials()
+	tc := cfg.tls
 	if useTLS {
-		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		creds = credentials.NewTLS(tc)
 	}
 	conn, err := grpc.NewClient(target, append(dialOptions(creds), cfg.dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd: %w", err)
 	}
-	return &Router{conn: conn, http: httpClient(cfg.httpClient), base: base, token: cfg.token,
-		timeout: cfg.timeout}, nil
+	hc := cfg.httpClient
+	if hc == nil {
+		hc = httpClient(nil)
+		hc.Transport.(*http.Transport).TLSClientConfig = tc
+	}
+	return &Router{conn: conn, http: hc, base: base, token: cfg.token, timeout: cfg.timeout,
+		tls: tc}, nil
 }
 
 // Sandbox is a Client of the sandbox called name through the router, on the router's
@@ -112,8 +127,8 @@ func (r *Router) Sandbox(name string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	if cfg.grpcTarget != "" || cfg.restURL != "" || cfg.unixSocket != "" || cfg.httpClient != nil ||
-		len(cfg.dialOpts) > 0 {
-		return nil, fmt.Errorf("sandboxd: through a router, the router is the address (no target, URL, socket, HTTP client or dial options per sandbox)")
+		len(cfg.dialOpts) > 0 || cfg.tls != nil {
+		return nil, fmt.Errorf("sandboxd: through a router, the router is the address (no target, URL, socket, TLS, HTTP client or dial options per sandbox)")
 	}
 	ns := cfg.route.namespace
 	if ns == "" {
@@ -129,7 +144,7 @@ func (r *Router) Sandbox(name string, opts ...Option) (*Client, error) {
 	c := &Client{conn: r.conn, proc: pb.NewProcessServiceClient(r.conn),
 		jobs: xpb.NewProcessesClient(r.conn), files: fpb.NewFilesClient(r.conn), http: r.http,
 		base: r.base, token: cfg.token, timeout: cfg.timeout, httpRoute: http.Header{},
-		shared: true}
+		shared: true, tls: r.tls}
 	for _, kv := range keys {
 		c.grpcRoute = append(c.grpcRoute, strings.ToLower(kv[0]), kv[1])
 		c.httpRoute.Set(kv[0], kv[1])

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -20,13 +21,13 @@ import (
 // Router and its Clients against a real sandboxd-router with real sandboxd daemons behind
 // it, routed by X-Sandbox-Pod-IP to loopback (--allow-loopback-pod-ip).
 
-func startRouter(t *testing.T) *testdaemon.Daemon {
+func startRouter(t *testing.T, extra ...string) *testdaemon.Daemon {
 	t.Helper()
 	bin, why := testdaemon.RouterBinary()
 	if bin == "" {
 		t.Skip(why)
 	}
-	r, err := testdaemon.StartRouter(bin, t.TempDir())
+	r, err := testdaemon.StartRouter(bin, t.TempDir(), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +275,49 @@ func TestRouterTwoSandboxesOneHTTPConnection(t *testing.T) {
 	after, err := r.Metric(`sandbox_router_connections_total{protocol="http1"}`)
 	if err != nil || after-before != 1 {
 		t.Fatalf("client connections %v (%v), want one for both sandboxes", after-before, err)
+	}
+}
+
+func TestRouterHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	pool, err := testdaemon.WritePKI(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := testdaemon.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startRouter(t, "--https-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
+		"--tls-cert-file", filepath.Join(dir, "server.pem"), "--tls-key-file", filepath.Join(dir, "server.key"))
+	if ok, err := r.ProxiesHTTP(shared.RESTPort); err != nil || !ok {
+		t.Skip("this sandboxd-router does not proxy HTTP/1.1 yet (501)")
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d", port)
+	rc, err := sandboxd.NewRouter(url, sandboxd.WithTLSConfig(&tls.Config{RootCAs: pool}),
+		sandboxd.WithTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	c := routed(t, rc, "sb", shared)
+	if res, err := c.Execute(ctx(t), []string{"echo", "over tls"}); err != nil || string(res.Stdout) != "over tls\n" {
+		t.Fatalf("gRPC over TLS: %+v %v", res, err)
+	}
+	name := "tls-" + t.Name()
+	if _, err := c.WriteFile(ctx(t), name, []byte("sealed")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.ReadFile(ctx(t), name, 16); err != nil || string(b) != "sealed" {
+		t.Fatalf("HTTP over TLS: %q %v", b, err)
+	}
+	// The system's roots do not know this CA.
+	plain, err := sandboxd.NewRouter(url, sandboxd.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := routed(t, plain, "sb", shared).Execute(ctx(t), []string{"true"}); !errors.Is(err, sandboxd.ErrUnavailable) {
+		t.Fatalf("an unknown CA: %v", err)
 	}
 }

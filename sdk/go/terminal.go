@@ -126,7 +126,8 @@ func (c *Client) wsURL(path string) string {
 // open connects to path and reads up to the daemon's first message, which says where the
 // output begins.
 func (t *Terminal) open(ctx context.Context, path string) error {
-	d := websocket.Dialer{HandshakeTimeout: t.c.timeout, ReadBufferSize: 32 << 10, WriteBufferSize: 32 << 10}
+	d := websocket.Dialer{HandshakeTimeout: t.c.timeout, ReadBufferSize: 32 << 10, WriteBufferSize: 32 << 10,
+		TLSClientConfig: t.c.tls}
 	h := t.c.httpRoute.Clone()
 	if h == nil {
 		h = http.Header{}

@@ -20,6 +20,7 @@ package k8s
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -64,13 +65,14 @@ const (
 // (default 30 s) and is the connection's timeout. Connect says how a Lease reaches its
 // sandboxd: ConnectAuto (the default), ConnectPodIP, ConnectPortForward or ConnectRouter;
 // Router is the sandboxd-router's URL (default $SANDBOXD_ROUTER), with which ConnectAuto
-// goes through it.
+// goes through it; RouterTLS the TLS configuration of an https:// one (nil: system roots).
 type Config struct {
 	Kubeconfig, Context, Namespace string
 	GRPCPort, RESTPort             int
 	Timeout                        time.Duration
 	Connect                        string
 	Router                         string
+	RouterTLS                      *tls.Config
 }
 
 // Client claims, creates, finds and deletes sandboxes.
@@ -147,7 +149,8 @@ func (c *Client) Router() (*sandboxd.Router, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.router == nil {
-		r, err := sandboxd.NewRouter(c.cfg.Router, sandboxd.WithTimeout(c.cfg.Timeout))
+		r, err := sandboxd.NewRouter(c.cfg.Router, sandboxd.WithTimeout(c.cfg.Timeout),
+			sandboxd.WithTLSConfig(c.cfg.RouterTLS))
 		if err != nil {
 			return nil, err
 		}

@@ -154,7 +154,7 @@ class RouterProcess(Child):
 
     what = "sandboxd-router"
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, extra: List[str] = ()) -> None:
         import socket as _socket
 
         ports = []
@@ -166,7 +166,7 @@ class RouterProcess(Child):
         self._spawn([binary, "--http-bind-address", "127.0.0.1:0",
                      "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
                      "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
-                     "--allow-loopback-pod-ip", "--shutdown-timeout", "5s"])
+                     "--allow-loopback-pod-ip", "--shutdown-timeout", "5s", *extra])
         try:
             self.port = int(self.wait_line(r"router: listening on \S+ port (\d+)").group(1))
             self.wait_line(r"\bready\b")
@@ -206,6 +206,20 @@ def router(router_bin) -> Iterator[RouterProcess]:
     r = RouterProcess(router_bin)
     yield r
     r.stop()
+
+
+@pytest.fixture
+def router_factory(router_bin):
+    started: List[RouterProcess] = []
+
+    def start(extra: List[str] = ()) -> RouterProcess:
+        r = RouterProcess(router_bin, list(extra))
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        r.stop()
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import socket
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -216,3 +218,37 @@ def test_terminal_through_the_router(router, daemon):
             for chunk in term:
                 out += chunk
         assert b"got-typed" in out and term.exit is not None and term.exit.exit_code == 0
+
+
+def make_pki(d: Path) -> None:
+    """ca.pem, and server.pem/.key for 127.0.0.1 signed by it (the openssl tool)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=sdk-test-ca")
+    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
+
+
+def test_https_router_with_a_private_ca(router_factory, daemon, tmp_path):
+    make_pki(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = router_factory(["--https-bind-address", f"127.0.0.1:{port}", "--tls-cert-file",
+                        str(tmp_path / "server.pem"), "--tls-key-file", str(tmp_path / "server.key")])
+    if not proxies_http(r, daemon):
+        pytest.skip("this sandboxd-router does not proxy HTTP/1.1 yet (501)")
+    keys = {**r.keys(daemon), "router": f"https://127.0.0.1:{port}"}
+    with sandboxd.Sandbox.connect(**keys, ca_file=str(tmp_path / "ca.pem")) as sb:
+        assert sb.execute("echo over tls").stdout == b"over tls\n"        # gRPC, ALPN h2
+        sb.files.write_bytes("tls.txt", b"sealed")                         # HTTP/1.1
+        assert sb.files.read_bytes("tls.txt") == b"sealed"
+        with sb.terminal("echo wss") as term:                              # WebSocket, wss
+            assert b"wss" in b"".join(term)
+    with sandboxd.Sandbox.connect(**keys) as sb:  # the system's CAs do not know this one
+        with pytest.raises(errors.UnavailableError):
+            sb.execute("true")

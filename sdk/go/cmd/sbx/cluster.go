@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,8 +24,28 @@ import (
 const resolveWait = 2 * time.Minute
 
 func (g *globals) kube() (*k8s.Client, error) {
+	tc, err := g.routerTLS()
+	if err != nil {
+		return nil, err
+	}
 	return k8s.New(k8s.Config{Kubeconfig: g.kubeconfig, Context: g.kubeContext, Namespace: g.namespace,
-		Connect: g.connect, Router: g.router})
+		Connect: g.connect, Router: g.router, RouterTLS: tc})
+}
+
+// routerTLS trusts --router-ca alone when it is given (nil: the system's roots).
+func (g *globals) routerTLS() (*tls.Config, error) {
+	if g.routerCA == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(g.routerCA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--router-ca %s: no PEM certificate in it", g.routerCA)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // routerClient is a client through --router: of the sandbox --sandbox names, found through
@@ -38,7 +60,11 @@ func (g *globals) routerClient() (*sandboxd.Client, error) {
 	case g.sandbox != "":
 		return g.routerLease()
 	}
-	r, err := sandboxd.NewRouter(g.router, sandboxd.WithToken(g.token))
+	tc, err := g.routerTLS()
+	if err != nil {
+		return nil, err
+	}
+	r, err := sandboxd.NewRouter(g.router, sandboxd.WithToken(g.token), sandboxd.WithTLSConfig(tc))
 	if err != nil {
 		return nil, err
 	}

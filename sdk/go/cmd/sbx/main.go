@@ -78,6 +78,7 @@ connection flags (also after the command), with their environment defaults:
   --router URL         reach sandboxd through this sandboxd-router ($SANDBOXD_ROUTER): with
                        --sandbox, the claim's sandbox and token found through the cluster;
                        with --sandbox-id, no cluster at all
+  --router-ca FILE     the CA (PEM) an https:// router's certificate is checked against
   --sandbox-id NAME    the sandbox's name as the router routes it (X-Sandbox-ID), in
                        --namespace (default "default"); --grpc-port/--rest-port, when
                        given, go as its X-Sandbox-Port, --pod-ip and --uid as
@@ -95,8 +96,8 @@ type globals struct {
 	// the cluster, for claim, release and --sandbox
 	sandbox, namespace, kubeconfig, kubeContext, connect string
 	// a sandboxd-router, and the routing keys of --sandbox-id
-	router, sandboxID, podIP, uid string
-	grpcPortSet, restPortSet      bool
+	router, routerCA, sandboxID, podIP, uid string
+	grpcPortSet, restPortSet                bool
 }
 
 // portVar is a port flag that remembers it was given (through a router, only a port given
@@ -162,6 +163,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "kubeconfig file")
 	fs.StringVar(&g.kubeContext, "context", g.kubeContext, "kubeconfig context")
 	fs.StringVar(&g.router, "router", g.router, "a sandboxd-router's URL")
+	fs.StringVar(&g.routerCA, "router-ca", g.routerCA, "CA file of an https:// router")
 	fs.StringVar(&g.sandboxID, "sandbox-id", g.sandboxID, "the sandbox's name, through --router")
 	fs.StringVar(&g.podIP, "pod-ip", g.podIP, "the sandbox's pod IP, through --router")
 	fs.StringVar(&g.uid, "uid", g.uid, "the sandbox pod's UID, through --router")

@@ -57,6 +57,28 @@ func TestRouter(t *testing.T) {
 	if res := sbx(t, "", "--sandbox-id", "sb", "exec", "--", "true"); res.code != 1 || !strings.Contains(res.stderr, "--router") {
 		t.Fatalf("no router: %+v", res)
 	}
+	// An https:// router whose certificate a private CA signed: --router-ca.
+	pki := t.TempDir()
+	if _, err := testdaemon.WritePKI(pki); err != nil {
+		t.Fatal(err)
+	}
+	port, err := testdaemon.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := testdaemon.StartRouter(bin, t.TempDir(), "--https-bind-address", fmt.Sprintf("127.0.0.1:%d", port),
+		"--tls-cert-file", filepath.Join(pki, "server.pem"), "--tls-key-file", filepath.Join(pki, "server.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Stop()
+	tls := []string{"--router", fmt.Sprintf("https://127.0.0.1:%d", port), "--sandbox-id", "sb", "--pod-ip", "127.0.0.1"}
+	if res := sbx(t, "", append(tls, "--router-ca", filepath.Join(pki, "ca.pem"), "exec", "--", "echo", "tls")...); res.code != 0 || res.stdout != "tls\n" {
+		t.Fatalf("exec over TLS: %+v", res)
+	}
+	if res := sbx(t, "", append(tls, "exec", "--", "true")...); res.code != 1 || !strings.Contains(res.stderr, "UNAVAILABLE") {
+		t.Fatalf("an unknown CA: %+v", res)
+	}
 	// Files go over the router's HTTP/1.1 proxy.
 	if ok, err := r.ProxiesHTTP(d.RESTPort); err != nil || !ok {
 		t.Logf("this sandboxd-router does not proxy HTTP/1.1 yet (501, %v): files not tried", err)

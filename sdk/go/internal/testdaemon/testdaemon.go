@@ -102,8 +102,8 @@ func (d *Daemon) spawn(bin string, args []string, home string) error {
 }
 
 // StartRouter starts the sandboxd-router bin on a free loopback port, loopback pod IPs
-// allowed, and waits until it is ready; dir holds its HOME.
-func StartRouter(bin, dir string) (*Daemon, error) {
+// allowed, plus extra flags, and waits until it is ready; dir holds its HOME.
+func StartRouter(bin, dir string, extra ...string) (*Daemon, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func StartRouter(bin, dir string) (*Daemon, error) {
 	args := []string{"--http-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--allow-loopback-pod-ip",
 		"--shutdown-timeout", "5s"}
-	if err := d.spawn(bin, args, filepath.Join(dir, "home")); err != nil {
+	if err := d.spawn(bin, append(args, extra...), filepath.Join(dir, "home")); err != nil {
 		return nil, err
 	}
 	p, err := d.waitLine(`router: listening on \S+ port (\d+)`)

@@ -62,6 +62,8 @@ class Endpoint:
     # HTTP request (headers); empty when the daemon is reached directly.
     grpc_route: Tuple[Tuple[str, str], ...] = ()
     http_route: Tuple[Tuple[str, str], ...] = ()
+    # The TLS context of wss:// terminals through a router with a private CA (None: defaults).
+    ssl_context: Any = None
 
     @classmethod
     def make(cls, host: str = "127.0.0.1", *, grpc_port: int = 9090, rest_port: int = 8080,

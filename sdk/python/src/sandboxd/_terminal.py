@@ -82,8 +82,11 @@ def url(ep: c.Endpoint, path: str) -> str:
 def options(ep: c.Endpoint) -> Dict[str, Any]:
     """The websockets client's settings, sync and asyncio alike: the token as a header, no
     environment proxy (as the HTTP client), no compression (the daemon has none)."""
-    return dict(additional_headers=ep.headers(), proxy=None, compression=None,
+    opts = dict(additional_headers=ep.headers(), proxy=None, compression=None,
                 open_timeout=ep.timeout, close_timeout=ep.timeout, max_size=MAX_FRAME)
+    if ep.ssl_context is not None and ep.rest_url.startswith("https://"):
+        opts["ssl"] = ep.ssl_context
+    return opts
 
 
 def resize_message(cols: int, rows: int) -> str:

@@ -73,7 +73,8 @@ class Sandbox:
         gRPC channel and one HTTP connection pool that every Sandbox connected through the
         same router shares. There grpc_port/rest_port, when given, are sent as the target
         port (else the router finds sandboxd's ports), uid and pod_ip as X-Sandbox-UID and
-        X-Sandbox-Pod-IP; token and timeout are as for Sandbox()."""
+        X-Sandbox-Pod-IP; token and timeout are as for Sandbox(); ca_file (PEM) the CA that
+        an https:// router's certificate is checked against."""
         if router is None:
             c.check_no_route(name, namespace, uid, pod_ip)
             return cls(host, **kw)

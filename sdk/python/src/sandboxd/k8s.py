@@ -141,17 +141,19 @@ class SandboxClient:
     grpc_port/rest_port: used when the pod's ports cannot be read. timeout bounds each API
     call and is passed on to the sandboxd connection. connect: "auto", "pod-ip",
     "port-forward" or "router" (see the module's doc; port-forward needs the pods/portforward
-    right); router: the URL of a sandboxd-router (default $SANDBOXD_ROUTER).
+    right); router: the URL of a sandboxd-router (default $SANDBOXD_ROUTER), router_ca_file
+    the CA (PEM) of an https:// one with a private certificate.
     """
 
     def __init__(self, namespace: Optional[str] = None, *, kubeconfig: Optional[str] = None,
                  context: Optional[str] = None, api_client: Any = None, grpc_port: int = 9090,
                  rest_port: int = 8080, timeout: float = 30.0, connect: str = "auto",
-                 router: Optional[str] = None) -> None:
+                 router: Optional[str] = None, router_ca_file: Optional[str] = None) -> None:
         if connect not in CONNECT_MODES:
             raise errors.InvalidArgumentError(
                 f"connect must be one of {', '.join(CONNECT_MODES)}, not {connect!r}")
         self.router_url = router or os.environ.get("SANDBOXD_ROUTER") or None
+        self.router_ca_file = router_ca_file
         if connect == "auto" and self.router_url:
             connect = "router"
         if connect == "router" and not self.router_url:
@@ -172,7 +174,8 @@ class SandboxClient:
     def router(self) -> Router:
         """The one connection to the router that the leases of this client share."""
         if self._router is None or self._router.closed:
-            self._router = Router(str(self.router_url), timeout=self.timeout)
+            self._router = Router(str(self.router_url), timeout=self.timeout,
+                                  ca_file=self.router_ca_file)
         return self._router
 
     def __enter__(self) -> "SandboxClient":
@@ -519,7 +522,8 @@ class AsyncSandboxLease:
         if self.lease.client.connect_mode == "router":
             self.sandbox = AsyncSandbox.connect(router=self.lease.client.router_url,
                                                 name=str(self.lease.sandbox_name),
-                                                namespace=self.lease.namespace, **kw)
+                                                namespace=self.lease.namespace,
+                                                ca_file=self.lease.client.router_ca_file, **kw)
             return self.sandbox
         host, grpc_port, rest_port = await asyncio.to_thread(self.lease.address)
         self.sandbox = AsyncSandbox(host, grpc_port=grpc_port, rest_port=rest_port, **kw)

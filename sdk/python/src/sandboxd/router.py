@@ -20,6 +20,7 @@ and its REST port for HTTP; with one (grpc_port=, rest_port=) each goes with its
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
@@ -108,22 +109,34 @@ def _endpoint(router: "_RouterBase", name: Optional[str], namespace: Optional[st
                          timeout=router.timeout if timeout is None else timeout)
     g = route(name, namespace, grpc_port, uid, pod_ip)
     h = route(name, namespace, rest_port, uid, pod_ip)
-    return c.Endpoint(ep.grpc_target, ep.rest_url, ep.token, ep.timeout, _metadata(g), h)
+    return c.Endpoint(ep.grpc_target, ep.rest_url, ep.token, ep.timeout, _metadata(g), h,
+                      router.ssl_context)
 
 
 class _RouterBase:
-    def __init__(self, url: str, token: Optional[str], timeout: float) -> None:
+    def __init__(self, url: str, token: Optional[str], timeout: float,
+                 ca_file: Optional[str]) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self.url = url
         self.grpc_target, self.rest_url, self.tls = parse_url(url)
         self.token, self.timeout = token, float(timeout)
+        self.ca_file = ca_file
+        # https:// with ca_file: that CA alone is trusted (a router with a private certificate).
+        self.ssl_context = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self.closed = False
+
+    def _grpc_credentials(self) -> Any:
+        root = None
+        if self.ca_file:
+            with open(self.ca_file, "rb") as f:
+                root = f.read()
+        return grpc.ssl_channel_credentials(root_certificates=root)
 
     def _http_options(self) -> Dict[str, Any]:
         # No headers of its own: each request carries its sandbox's (_RoutedHTTP).
         return dict(base_url=self.rest_url, trust_env=False, timeout=httpx.Timeout(self.timeout),
-                    follow_redirects=False)
+                    follow_redirects=False, verify=self.ssl_context or True)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -133,13 +146,16 @@ class _RouterBase:
 class Router(_RouterBase):
     """One connection to a sandboxd-router (a gRPC channel, an HTTP keep-alive pool) for the
     Sandboxes of sandbox() or Sandbox.connect(router=this). token (default $SANDBOXD_TOKEN)
-    is the default of its sandboxes; timeout is theirs unless they are given one. Closing
-    the Router closes what goes through it; closing one of its Sandboxes does not."""
+    is the default of its sandboxes; timeout is theirs unless they are given one; ca_file
+    (PEM) is the CA an https:// router's certificate is checked against instead of the
+    system's. Closing the Router closes what goes through it; closing one of its Sandboxes
+    does not."""
 
-    def __init__(self, url: str, *, token: Optional[str] = None, timeout: float = 30.0) -> None:
-        super().__init__(url, token, timeout)
+    def __init__(self, url: str, *, token: Optional[str] = None, timeout: float = 30.0,
+                 ca_file: Optional[str] = None) -> None:
+        super().__init__(url, token, timeout, ca_file)
         if self.tls:
-            self.channel = grpc.secure_channel(self.grpc_target, grpc.ssl_channel_credentials(),
+            self.channel = grpc.secure_channel(self.grpc_target, self._grpc_credentials(),
                                                options=c.GRPC_OPTIONS)
         else:
             self.channel = grpc.insecure_channel(self.grpc_target, options=c.GRPC_OPTIONS)
@@ -174,11 +190,11 @@ class Router(_RouterBase):
 class AsyncRouter(_RouterBase):
     """Router for asyncio: its sandbox() gives AsyncSandboxes; `await close()`."""
 
-    def __init__(self, url: str, *, token: Optional[str] = None, timeout: float = 30.0) -> None:
-        super().__init__(url, token, timeout)
+    def __init__(self, url: str, *, token: Optional[str] = None, timeout: float = 30.0,
+                 ca_file: Optional[str] = None) -> None:
+        super().__init__(url, token, timeout, ca_file)
         if self.tls:
-            self.channel = grpc.aio.secure_channel(self.grpc_target,
-                                                   grpc.ssl_channel_credentials(),
+            self.channel = grpc.aio.secure_channel(self.grpc_target, self._grpc_credentials(),
                                                    options=c.GRPC_OPTIONS)
         else:
             self.channel = grpc.aio.insecure_channel(self.grpc_target, options=c.GRPC_OPTIONS)
@@ -255,15 +271,19 @@ def _check_args(kw: Dict[str, Any]) -> None:
 def connect_sync(router: Any, name: Optional[str], **kw: Any) -> Sandbox:
     """Sandbox.connect(router=...): on a Router as it is, on a URL the shared one."""
     rkw = {k: kw.pop(k) for k in ("namespace", "uid", "pod_ip")}
+    ca = kw.pop("ca_file", None)
     _check_args(kw)
     if isinstance(router, Router):
+        if ca is not None:
+            raise TypeError("ca_file goes with a router URL: a Router has its own")
         return router.sandbox(name, **rkw, **kw)  # type: ignore[arg-type]
     url = str(router)
     route(name)  # a missing name is refused before a connection is made
-    r = _acquire(("sync", url), lambda: Router(url))
+    key = ("sync", url, ca)
+    r = _acquire(key, lambda: Router(url, ca_file=ca))
 
     def release() -> None:
-        if _drop(("sync", url), r):
+        if _drop(key, r):
             r.close()
 
     return r.sandbox(name, **rkw, **kw, _release=release)  # type: ignore[arg-type]
@@ -273,16 +293,19 @@ def connect_async(router: Any, name: Optional[str], **kw: Any) -> "AsyncSandbox"
     """AsyncSandbox.connect(router=...): on an AsyncRouter as it is, on a URL the one shared
     by the event loop's AsyncSandboxes (outside a running loop, one of its own)."""
     rkw = {k: kw.pop(k) for k in ("namespace", "uid", "pod_ip")}
+    ca = kw.pop("ca_file", None)
     _check_args(kw)
     if isinstance(router, AsyncRouter):
+        if ca is not None:
+            raise TypeError("ca_file goes with a router URL: a AsyncRouter has its own")
         return router.sandbox(name, **rkw, **kw)  # type: ignore[arg-type]
     url = str(router)
     route(name)
     try:
-        key: Any = ("async", url, id(asyncio.get_running_loop()))
+        key: Any = ("async", url, ca, id(asyncio.get_running_loop()))
     except RuntimeError:
-        key = ("async", url, object())
-    r = _acquire(key, lambda: AsyncRouter(url))
+        key = ("async", url, ca, object())
+    r = _acquire(key, lambda: AsyncRouter(url, ca_file=ca))
 
     async def release() -> None:
         if _drop(key, r):
