@@ -29,11 +29,13 @@ import subprocess
 
 import grpc
 import pytest
+import yaml
 
-from conftest import TOOLS, Proc, wait_until, write_kubeconfig
+from conftest import REPO, TOOLS, Proc, wait_until, write_kubeconfig
 from test_sandbox import SB, sandbox
 
 RBAC = "rbac.authorization.k8s.io/v1"
+RBAC_DIR = REPO / "router" / "config" / "rbac"
 EXECUTE = "/process.v1.ProcessService/Execute"
 # ExecuteRequest{config: {command: ["echo", "hi"]}}, encoded by hand (no generated code here).
 ECHO = bytes([0x0A, 0x0A, 0x0A, 0x04]) + b"echo" + bytes([0x0A, 0x02]) + b"hi"
@@ -146,24 +148,27 @@ def procs():
         assert rc == 0, f"{p.name} exited {rc}:\n{p.tail()}"
 
 
-def router_identity(cluster, ns, d, rules=None, cluster_role=None):
-    """A ServiceAccount for the router with the given rights, and a kubeconfig of its token."""
+def router_identity(cluster, ns, d, manifest):
+    """A ServiceAccount for the router with the rights a file of router/config/rbac grants (its
+    ClusterRole's rules as a Role of the test's namespace; a binding to a built-in ClusterRole as
+    it is), and a kubeconfig of its token."""
     k = cluster.admin
     k.create({"apiVersion": "v1", "kind": "ServiceAccount",
               "metadata": {"name": "router", "namespace": ns}})
     subject = [{"kind": "ServiceAccount", "name": "router", "namespace": ns}]
-    if cluster_role:
-        k.create({"apiVersion": RBAC, "kind": "ClusterRoleBinding",
-                  "metadata": {"name": f"router-{ns}"}, "subjects": subject,
-                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                              "name": cluster_role}})
-    if rules:
-        k.create({"apiVersion": RBAC, "kind": "Role",
-                  "metadata": {"name": "router", "namespace": ns}, "rules": rules})
-        k.create({"apiVersion": RBAC, "kind": "RoleBinding",
-                  "metadata": {"name": "router", "namespace": ns}, "subjects": subject,
-                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                              "name": "router"}})
+    docs = [o for o in yaml.safe_load_all((RBAC_DIR / manifest).read_text()) if o]
+    own = {o["metadata"]["name"] for o in docs if o["kind"] == "ClusterRole"}
+    for o in docs:
+        if o["kind"] == "ClusterRole":
+            k.create({"apiVersion": RBAC, "kind": "Role", "rules": o["rules"],
+                      "metadata": {"name": o["metadata"]["name"], "namespace": ns}})
+        elif o["roleRef"]["name"] in own:
+            k.create({"apiVersion": RBAC, "kind": "RoleBinding", "subjects": subject,
+                      "metadata": {"name": o["metadata"]["name"], "namespace": ns},
+                      "roleRef": {**o["roleRef"], "kind": "Role"}})
+        else:
+            k.create({"apiVersion": RBAC, "kind": "ClusterRoleBinding", "subjects": subject,
+                      "metadata": {"name": f"router-{ns}"}, "roleRef": o["roleRef"]})
     token = kubectl(cluster, "-n", ns, "create", "token", "router", "--duration=1h")
     return write_kubeconfig(d / "router.kubeconfig", cluster.server, cluster.ca, token)
 
@@ -171,9 +176,16 @@ def router_identity(cluster, ns, d, rules=None, cluster_role=None):
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 
 
+def test_authz_rbac_manifests_apply(cluster):
+    """The optional rights of router/config/rbac, as a user applies them, accepted as they are."""
+    for f in ("authz-tokenreview.yaml", "authz-sandbox-token.yaml"):
+        kubectl(cluster, "apply", "--dry-run=server", "--validate=strict", "-f",
+                str(RBAC_DIR / f))
+
+
 def test_tokenreview(cluster, namespace, tmp_path, procs):
     ns, k = namespace, cluster.admin
-    cfg = router_identity(cluster, ns, tmp_path, cluster_role="system:auth-delegator")
+    cfg = router_identity(cluster, ns, tmp_path, "authz-tokenreview.yaml")
     k.create({"apiVersion": "v1", "kind": "ServiceAccount",
               "metadata": {"name": "caller", "namespace": ns}})
     caller = kubectl(cluster, "-n", ns, "create", "token", "caller")
@@ -267,8 +279,7 @@ def test_sandbox_token(cluster, namespace, controller, tmp_path, procs):
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n" + "".join(
         f"{ip[n]} {n}.{ns}.svc.cluster.local\n" for n in ip))
-    cfg = router_identity(cluster, ns, tmp_path,
-                          rules=[{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}])
+    cfg = router_identity(cluster, ns, tmp_path, "authz-sandbox-token.yaml")
     r = Router(tmp_path, "router", ["--authz-mode", "sandbox-token", "--kubeconfig", str(cfg),
                                     "--authz-sandbox-token-ttl", "1s"], hosts=hosts)
     procs.append(r)
