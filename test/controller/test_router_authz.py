@@ -4,9 +4,10 @@ with real sandboxd daemons behind the router on loopback, called over gRPC.
 tokenreview: a ServiceAccount's token (kubectl create token) is reviewed and let through, as any
 token the API server authenticates, over gRPC and HTTP (header, query parameter setting the
 cookie, cookie); garbage, a changed token and a revoked one (its ServiceAccount deleted) are
-refused; no token passes unless required; a router
-whose own identity may not create TokenReviews (RBAC) answers UNAVAILABLE; a decision is cached
-by the token: once the router has lost that right, a token it reviewed before still passes.
+refused; no token passes unless required; --authz-tokenreview-audiences holds a token to its
+audiences; a router whose own identity may not create TokenReviews (RBAC) answers UNAVAILABLE; a
+decision is cached by the token: once the router has lost that right, a token it reviewed before
+still passes.
 
 sandbox-token: Sandboxes made by the controller each get a token Secret; a sandboxd holding that
 token listens where the sandbox's DNS name leads (the router runs in a mount namespace whose
@@ -232,10 +233,16 @@ def test_tokenreview(cluster, namespace, tmp_path, procs):
         401, {}, {"detail": "unauthenticated"})
 
     strict = Router(tmp_path, "router-strict", ["--authz-mode", "tokenreview", "--kubeconfig",
-                                                str(cfg), "--authz-tokenreview-require-token"])
+                                                str(cfg), "--authz-tokenreview-require-token",
+                                                "--authz-tokenreview-audiences", "sbx-a, sbx-b"])
     procs.append(strict)
     assert strict.call(to) == unauth
-    assert strict.call({**to, "authorization": f"Bearer {caller}"}) == b"hi\n"
+    # Audiences: a token for one of them passes, one for another audience or for the API server
+    # (kubectl's default) does not.
+    for aud, want in (("sbx-b", b"hi\n"), ("other", unauth), (None, unauth)):
+        t = kubectl(cluster, "-n", ns, "create", "token", "caller",
+                    *([f"--audience={aud}"] if aud else []))
+        assert strict.call({**to, "authorization": f"Bearer {t}"}) == want, aud
 
     # The router loses the right to review: new tokens cannot be decided, a reviewed one is
     # still decided by the cache (keyed by its digest) until its TTL.
