@@ -177,8 +177,9 @@ typedef int (*ask_fn)(struct sbx_authz *a, const void *arg, struct sbx_authz_ent
                       struct sbx_error *err);
 
 /* What the API server says of `what` (cached by its digest): from the cache, else asked by ask
- * (unless !may_block: -EWOULDBLOCK) and cached for the TTL (a failure for a third of it, at
- * least a second, so a failing API server is not hammered yet recovers soon). */
+ * (unless !may_block: -EWOULDBLOCK) and cached for the TTL; a failure, or a Secret not there (yet:
+ * a sandbox asked for while it is being made), for a third of it, at least a second, so a
+ * failing API server is not hammered yet recovers soon. */
 static int lookup(struct sbx_authz *a, const char *what, size_t len, bool may_block, ask_fn ask,
                   const void *arg, struct sbx_authz_entry *e, struct sbx_error *err)
 {
@@ -193,7 +194,7 @@ static int lookup(struct sbx_authz *a, const char *what, size_t len, bool may_bl
     if (!may_block)
         return -EWOULDBLOCK;
     e->verdict = ask(a, arg, e, err);
-    if (e->verdict < 0 && e->verdict != -EACCES && e->verdict != -ENOENT)
+    if (e->verdict < 0 && e->verdict != -EACCES)
         ttl = ttl / 3 < 1000 ? 1000 : ttl / 3;
     sbx_authz_cache_put(a->cache, key, e, sbx_now_ms() + ttl);
     return e->verdict;
