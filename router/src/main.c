@@ -62,6 +62,7 @@ static uint64_t arg_authz_sandbox_token_ttl_ms = 30000;
 static bool arg_cache_enabled;
 static const char *arg_cache_namespace;
 static uint64_t arg_wake_timeout_ms = 60000;
+static uint64_t arg_cache_resync_ms = 600000;
 
 static int opt_count(const char *v, void *dst)
 {
@@ -164,6 +165,9 @@ static const struct sbx_flag flag_table[] = {
      "sandboxes (needs list/watch of pods and sandboxes, patch of sandboxes)"},
     {"cache-namespace", sbx_flag_string, &arg_cache_namespace,
      "the cache's namespace (every namespace when unset)"},
+    {"cache-resync-period", sbx_flag_duration, &arg_cache_resync_ms,
+     "the cache's cached Pods applied again this often: an entry evicted after a failed dial "
+     "comes back (10m)"},
     {"wake-timeout", sbx_flag_duration, &arg_wake_timeout_ms,
      "how long a request for a suspended sandbox waits for it to be Ready (60s)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
@@ -315,7 +319,8 @@ static int start_resolver(struct router *r, struct sbx_error *err)
 {
     struct sbx_resolver_opts o = {.cache_namespace = arg_cache_namespace,
                                   .cluster_domain = arg_cluster_domain,
-                                  .wake_timeout_ms = arg_wake_timeout_ms};
+                                  .wake_timeout_ms = arg_wake_timeout_ms,
+                                  .resync_ms = arg_cache_resync_ms};
     int rc;
 
     if (arg_cache_enabled && (rc = kube_client(r, err)) < 0)

@@ -43,8 +43,12 @@ struct sbx_resolver {
     struct sbx_kube *kube;
     struct sbx_informer *pods, *sandboxes;
     struct sbx_podcache *cache;
-    pthread_mutex_t mu;     /* guards wakes, n_wakes, cancelled */
-    pthread_cond_t changed; /* an informer's event, or cancel: waiters look again */
+    pthread_mutex_t apply; /* one change of the cache at a time: an event's, or the resync's */
+    pthread_t resync;
+    bool resyncing, stopping; /* the resync thread runs; it is asked to stop (under mu) */
+    pthread_mutex_t mu;       /* guards wakes, n_wakes, cancelled, stopping */
+    pthread_cond_t changed;   /* an informer's event, or cancel: waiters look again */
+    pthread_cond_t tick;      /* the resync's wait; stop ends it */
     struct wake *wakes;
     unsigned n_wakes;
     bool cancelled;
@@ -68,8 +72,54 @@ static void on_pod(enum sbx_event ev, json_t *pod, void *arg)
 {
     struct sbx_resolver *r = arg;
 
+    pthread_mutex_lock(&r->apply);
     sbx_podcache_apply(r->cache, ev, pod);
+    pthread_mutex_unlock(&r->apply);
     notify(r);
+}
+
+/* Every Pod the informer holds, applied again: an entry evicted after a failed dial comes back
+ * (the reference's informer resyncs as often), to be evicted again if its address is still
+ * dead. Each is read from the informer when applied, under the lock events take: a Pod deleted
+ * meanwhile is not brought back. */
+static void resync(struct sbx_resolver *r)
+{
+    json_auto_t *pods = sbx_informer_list(r->pods);
+    json_t *pod;
+    size_t i;
+    char key[SBX_KEY_MAX];
+
+    json_array_foreach(pods, i, pod)
+    {
+        json_t *now;
+        if (!sbx_object_key(pod, key, sizeof(key)))
+            continue;
+        pthread_mutex_lock(&r->apply);
+        if ((now = sbx_informer_get(r->pods, key))) {
+            sbx_podcache_apply(r->cache, SBX_EVENT_MODIFIED, now);
+            json_decref(now);
+        }
+        pthread_mutex_unlock(&r->apply);
+    }
+}
+
+static void *resync_thread(void *arg)
+{
+    struct sbx_resolver *r = arg;
+
+    pthread_mutex_lock(&r->mu);
+    while (!r->stopping) {
+        struct timespec until = sbx_deadline_in(r->o.resync_ms * 1000000u);
+        while (!r->stopping && pthread_cond_timedwait(&r->tick, &r->mu, &until) != ETIMEDOUT)
+            ;
+        if (r->stopping)
+            break;
+        pthread_mutex_unlock(&r->mu);
+        resync(r);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
 }
 
 static void on_sandbox(enum sbx_event ev, json_t *sb, void *arg)
@@ -145,6 +195,9 @@ static int start_cache(struct sbx_resolver *r, struct sbx_error *err)
     if ((rc = sbx_informer_start(r->kube, &po, &r->pods, err)) < 0 ||
         (rc = sbx_informer_start(r->kube, &so, &r->sandboxes, err)) < 0)
         return rc;
+    if ((rc = pthread_create(&r->resync, NULL, resync_thread, r)) != 0)
+        return sbx_error_set(err, rc, "the cache's resync thread");
+    r->resyncing = true;
     log_info("router: cache on (%s): watching sandboxes' pods and sandboxes",
              r->ns ? r->ns : "every namespace");
     return 0;
@@ -161,12 +214,16 @@ int sbx_resolver_new(struct sbx_resolver **ret, const struct sbx_resolver_opts *
     r->o = *o;
     if (!r->o.wake_timeout_ms || r->o.wake_timeout_ms > MAX_WAKE_MS)
         r->o.wake_timeout_ms = MAX_WAKE_MS;
+    if (!r->o.resync_ms)
+        r->o.resync_ms = 10 * 60 * 1000;
     r->domain =
         strdup(o->cluster_domain && *o->cluster_domain ? o->cluster_domain : "cluster.local");
     r->ns = o->cache_namespace && *o->cache_namespace ? strdup(o->cache_namespace) : NULL;
     r->cache = sbx_podcache_new();
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->changed, NULL);
+    pthread_cond_init(&r->tick, NULL);
+    pthread_mutex_init(&r->apply, NULL);
     if (!r->domain || !r->cache || (o->cache_namespace && *o->cache_namespace && !r->ns)) {
         sbx_resolver_free(r);
         return sbx_error_set(err, ENOMEM, "allocate resolver");
@@ -188,13 +245,21 @@ void sbx_resolver_free(struct sbx_resolver *r)
 {
     if (!r)
         return;
+    pthread_mutex_lock(&r->mu);
+    r->stopping = true;
+    pthread_cond_broadcast(&r->tick);
+    pthread_mutex_unlock(&r->mu);
+    if (r->resyncing)
+        pthread_join(r->resync, NULL);
     sbx_informer_stop(r->pods);
     sbx_informer_stop(r->sandboxes);
     sbx_informer_free(r->pods);
     sbx_informer_free(r->sandboxes);
     sbx_podcache_free(r->cache);
     pthread_cond_destroy(&r->changed);
+    pthread_cond_destroy(&r->tick);
     pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->apply);
     free(r->domain);
     free(r->ns);
     free(r);

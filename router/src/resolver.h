@@ -25,6 +25,7 @@ struct sbx_resolver_opts {
     const char *cache_namespace; /* NULL or "": every namespace */
     const char *cluster_domain;
     uint64_t wake_timeout_ms;
+    uint64_t resync_ms; /* cached Pods applied again this often (0: 10 minutes) */
 };
 
 /* Builds the resolver; with a client, starts the cache's informers (ready once both listed:

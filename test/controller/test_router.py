@@ -430,3 +430,26 @@ def test_a_refused_request_wakes_nothing(cluster, namespace, routers, start_cont
     assert r.fetch(id="guarded", namespace=namespace)[0] == 401
     assert k.get(*SB, namespace, "guarded")["spec"]["operatingMode"] == "Suspended"
     assert r.metric("sandbox_router_wakes_total") == 0
+
+
+def test_an_evicted_entry_comes_back_with_the_resync(cluster, namespace, routers):
+    """An address evicted after a dead dial is not gone for good: the cache applies what the
+    informer holds again every --cache-resync-period (the reference's informer resyncs), so a
+    sandbox whose address was only unreachable for a while is found again by name."""
+    k = cluster.admin
+    ip, port = new_ip(), free_port()
+    srv, fill = dead_host(ip, port)
+    try:
+        sandbox_pod(k, namespace, inert_sandbox(k, namespace, "sb-blip"), ip, port, port)
+        r = routers("--upstream-dial-timeout=1s", "--upstream-max-retries=0",
+                    "--cache-resync-period=2s")
+        wait_until(r.ready, 30, what="router ready")
+        wait_until(lambda: r.metric("sandbox_router_cache_entries") == 1, 30, what="the entry")
+        assert r.fetch(id="sb-blip", namespace=namespace)[0] == 502
+        assert r.metric("sandbox_router_cache_invalidations_total") == 1
+        wait_until(lambda: r.metric("sandbox_router_cache_entries") == 1, 30,
+                   what="the entry back after a resync")
+    finally:
+        srv.close()
+        for s in fill:
+            s.close()
