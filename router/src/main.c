@@ -410,6 +410,8 @@ static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *
  * HTTP side goes. */
 static void stop(struct router *r)
 {
+    if (r->resolver) /* requests waiting for a sandbox to wake get the grace, not more */
+        sbx_resolver_cancel(r->resolver, arg_shutdown_timeout_ms);
     sbx_listener_stop(r->listener);
     sbx_listener_stop(r->tls_listener);
     if (r->proxy)

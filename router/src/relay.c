@@ -856,7 +856,7 @@ void sbx_relay_shutdown(struct sbx_relay *r, uint64_t grace_ms)
             ;
         pthread_mutex_unlock(&r->lock);
         if (r->o.resolver)
-            sbx_resolver_cancel(r->o.resolver); /* calls waiting for a wake end */
+            sbx_resolver_cancel(r->o.resolver, 0); /* calls waiting for a wake end */
         grpc_server_cancel_all_calls(r->server);
         pthread_mutex_lock(&r->lock);
         while (!r->shut_down || r->live)

@@ -52,7 +52,9 @@ struct sbx_resolver {
     struct wake *wakes;
     unsigned n_wakes;
     bool cancelled;
-    atomic_uint waiting; /* requests in a wake: the informers wake them on change */
+    bool draining;             /* cancel_at is set */
+    struct timespec cancel_at; /* waits end then (a drain's grace) */
+    atomic_uint waiting;       /* requests in a wake: the informers wake them on change */
     atomic_uint_fast64_t by_source[N_SRC], invalidations, wakes_sent, wake_timeouts;
 };
 
@@ -362,6 +364,11 @@ static int patch_running(struct sbx_resolver *r, const struct sbx_target *t, con
     return sbx_error_set(err, EIO, "waking sandbox \"%s/%s\": HTTP %ld", t->ns, t->id, st);
 }
 
+static bool before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
 static struct wake *wake_get(struct sbx_resolver *r, const char *key)
 {
     struct wake *w;
@@ -422,11 +429,17 @@ static int wake_and_wait(struct sbx_resolver *r, const struct sbx_target *t, con
     }
     until = sbx_deadline_in(wait_ms * 1000000u);
     while (rc == 0 && !awake(r, t)) {
+        struct timespec now, u = until;
+        bool capped = r->draining && before(&r->cancel_at, &until);
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (capped)
+            u = r->cancel_at; /* a drain ends the wait first */
         if (w->error)
             rc = sbx_error_set(err, -w->error, "%s", w->msg);
-        else if (r->cancelled)
+        else if (r->cancelled || (r->draining && !before(&now, &r->cancel_at)))
             rc = sbx_error_set(err, ECANCELED, "the router is shutting down");
-        else if (pthread_cond_timedwait(&r->changed, &r->mu, &until) == ETIMEDOUT && !awake(r, t))
+        else if (pthread_cond_timedwait(&r->changed, &r->mu, &u) == ETIMEDOUT && !capped &&
+                 !awake(r, t))
             rc = sbx_error_set(err, ETIMEDOUT,
                                "sandbox \"%s\" is waking up: not ready after %llu ms", key,
                                (unsigned long long)wait_ms);
@@ -550,10 +563,16 @@ bool sbx_resolver_dial_failed(struct sbx_resolver *r, const struct sbx_target *t
     return gone;
 }
 
-void sbx_resolver_cancel(struct sbx_resolver *r)
+void sbx_resolver_cancel(struct sbx_resolver *r, uint64_t after_ms)
 {
+    struct timespec at = sbx_deadline_in(after_ms * 1000000u);
+
     pthread_mutex_lock(&r->mu);
-    r->cancelled = true;
+    if (!after_ms)
+        r->cancelled = true;
+    else if (!r->draining || before(&at, &r->cancel_at))
+        r->cancel_at = at;
+    r->draining = true;
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->mu);
 }

@@ -52,8 +52,9 @@ int sbx_resolver_resolve(struct sbx_resolver *r, struct sbx_target *t, bool grpc
  * it again. True when an entry went. */
 bool sbx_resolver_dial_failed(struct sbx_resolver *r, const struct sbx_target *t, int errnum);
 
-/* Ends every wait for a wake with -ECANCELED, now and from now on (shutting down). */
-void sbx_resolver_cancel(struct sbx_resolver *r);
+/* Ends every wait for a wake with -ECANCELED after_ms from now (0: now), and refuses new ones
+ * from then on: a drain's grace, then the shutdown. */
+void sbx_resolver_cancel(struct sbx_resolver *r, uint64_t after_ms);
 
 /* Seconds a client told -ETIMEDOUT should wait before trying again (Retry-After). */
 #define SBX_RESOLVER_RETRY_AFTER_S 5

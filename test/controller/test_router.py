@@ -19,6 +19,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import urllib.request
@@ -453,3 +454,21 @@ def test_an_evicted_entry_comes_back_with_the_resync(cluster, namespace, routers
         srv.close()
         for s in fill:
             s.close()
+
+
+def test_sigterm_ends_a_wait_for_a_wake_after_the_grace(cluster, namespace, routers,
+                                                         start_controller):
+    """A request held for a sandbox that does not wake is answered when the router drains
+    (after --shutdown-timeout, not the wake timeout), and the router exits cleanly."""
+    k = cluster.admin
+    start_controller()
+    wake_site(k, namespace, "stuck", new_ip(), labels={"sandboxd.test/never-ready": "true"})
+    r = routers("--wake-timeout=10m", "--shutdown-timeout=1s")
+    wait_until(r.ready, 30, what="router ready")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        got = pool.submit(r.fetch, id="stuck", namespace=namespace)
+        wait_until(lambda: r.metric("sandbox_router_wakes_total") == 1, 30, what="the wake")
+        r.p.send_signal(signal.SIGTERM)
+        status, _, body = got.result(timeout=CALL)
+    assert status == 503 and "shutting down" in json.loads(body)["detail"], (status, body)
+    assert r.p.wait(CALL) == 0, r.tail()
