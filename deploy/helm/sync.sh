@@ -13,3 +13,5 @@ rm -f "$chart"/crds/*.yaml
 cp "$config"/crd/*.yaml "$chart/crds/"
 cp "$config/rbac/role.yaml" "$chart/files/rbac/role.yaml"
 cp "$here/../../router/config/rbac/role.yaml" "$chart/files/rbac/router-role.yaml"
+cp "$here/../../router/config/rbac/authz-sandbox-token.yaml" \
+  "$chart/files/rbac/router-sandbox-token.yaml"

@@ -106,6 +106,8 @@ def test_chart_copies_are_controller_configs():
         (CONFIG / "rbac/role.yaml").read_bytes(), hint
     assert (CHART / "files/rbac/router-role.yaml").read_bytes() == \
         (ROUTER_CONFIG / "rbac/role.yaml").read_bytes(), hint
+    assert (CHART / "files/rbac/router-sandbox-token.yaml").read_bytes() == \
+        (ROUTER_CONFIG / "rbac/authz-sandbox-token.yaml").read_bytes(), hint
 
 
 def test_chart_grants_what_the_manifests_grant():
@@ -270,7 +272,8 @@ def test_rendered_objects_pass_server_side_validation(cluster, namespace):
                     "exampleTemplate.enabled=true", f"exampleTemplate.namespace={namespace}",
                     "podDisruptionBudget.minAvailable=1", "podAnnotations.a=b", "podLabels.team=x",
                     "imagePullSecrets[0].name=regcred", "nodeSelector.type=kwok",
-                    "tolerations[0].operator=Exists", "router.enabled=true")
+                    "tolerations[0].operator=Exists", "router.enabled=true",
+                    "router.authzMode=sandbox-token")
     assert {o["kind"] for o in objs} >= {"Deployment", "Service", "ServiceAccount", "ClusterRole",
                                          "ClusterRoleBinding", "Role", "RoleBinding",
                                          "PodDisruptionBudget", "SandboxTemplate"}
@@ -600,12 +603,51 @@ def test_router_rendered_when_enabled_as_router_config():
     assert spec["automountServiceAccountToken"] is False
 
 
+def router_rbac_of(objs):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs
+            if o["kind"].startswith("ClusterRole") and "sandboxd-router" in o["metadata"]["name"]}
+
+
+def test_router_authz_modes_bring_their_rights():
+    """router.authzMode: the flag, and the rights the mode needs as router/config/rbac's
+    authz-*.yaml grant them: tokenreview binds system:auth-delegator, sandbox-token may get
+    Secrets; scoped-token mounts its key's Secret, and without one is refused."""
+    name = "sandboxd-router-sandboxd-system-rel"
+    base = router_rbac_of(template("router.enabled=true"))
+    assert set(base) == {("ClusterRole", name), ("ClusterRoleBinding", name)}
+    objs = template("router.enabled=true", "router.authzMode=tokenreview")
+    rbac = router_rbac_of(objs)
+    assert rbac[("ClusterRoleBinding", f"{name}-auth-delegator")]["roleRef"]["name"] == \
+        "system:auth-delegator"
+    args = find(objs, "Deployment", "sandboxd-router")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--authz-mode=tokenreview" in args
+    rbac = router_rbac_of(template("router.enabled=true", "router.authzMode=sandbox-token"))
+    want = [o for o in yaml.safe_load_all(
+        (ROUTER_CONFIG / "rbac/authz-sandbox-token.yaml").read_text()) if o][0]["rules"]
+    assert rbac[("ClusterRole", f"{name}-sandbox-token")]["rules"] == want
+    assert rbac[("ClusterRoleBinding", f"{name}-sandbox-token")]["subjects"][0]["name"] == \
+        "sandboxd-router"
+    assert "scopedTokenSecret" in refused("router.enabled=true", "router.authzMode=scoped-token")
+    spec = find(template("router.enabled=true", "router.authzMode=scoped-token",
+                         "router.scopedTokenSecret.name=router-key"), "Deployment",
+                "sandboxd-router")["spec"]["template"]["spec"]
+    assert spec["volumes"] == [{"name": "scoped-token", "secret": {"secretName": "router-key"}}]
+    mount = spec["containers"][0]["volumeMounts"][0]
+    assert "--authz-scoped-token-secret-file=" + mount["mountPath"] + "/secret" in \
+        spec["containers"][0]["args"]
+    run = subprocess.run([router_bin(), *spec["containers"][0]["args"], "--help"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert "authzMode" in refused("router.enabled=true", "router.authzMode=open")
+
+
 def test_router_runs_with_the_charts_rights(cluster, namespace, tmp_path):
     """The image's router (the static one where the build has it) with the Deployment's
     arguments and a token of the chart's router service account: its cache lists Pods and
-    Sandboxes with exactly the chart's RBAC, so it turns ready."""
+    Sandboxes of every namespace with exactly the chart's RBAC, so it turns ready."""
     objs = template("namespace.create=false", f"namespace.name={namespace}",
-                    "router.enabled=true", f"router.cacheNamespace={namespace}")
+                    "router.enabled=true")
     for o in objs:
         if "sandboxd-router" in o["metadata"]["name"] and o["kind"] in (
                 "ServiceAccount", "ClusterRole", "ClusterRoleBinding"):

@@ -114,6 +114,10 @@ the flag it names. */}}
 {{- if $r.cacheEnabled }}
 - --cache-enabled
 {{- end }}
+- --authz-mode={{ $r.authzMode }}
+{{- if eq $r.authzMode "scoped-token" }}
+- --authz-scoped-token-secret-file=/etc/sandboxd-router/scoped-token/{{ $r.scopedTokenSecret.key }}
+{{- end }}
 {{- range $flags }}
 {{- $v := index $r (index . 0) }}
 {{- if not (or (kindIs "invalid" $v) (eq (toString $v) "")) }}
