@@ -103,6 +103,27 @@ int sbx_api_delete(struct sbx_kube *k, const char *path, struct sbx_error *err)
     return 1;
 }
 
+int sbx_api_get(struct sbx_kube *k, const char *path, json_t **ret, struct sbx_error *err)
+{
+    json_t *body = NULL;
+    long status;
+    int r = sbx_kube_request(k, "GET", path, NULL, NULL, &status, &body, err);
+
+    *ret = NULL;
+    if (r < 0)
+        return r;
+    if (status == 404) {
+        json_decref(body);
+        return 0;
+    }
+    if (status != 200 || !json_is_object(body)) {
+        json_decref(body);
+        return sbx_error_set(err, status == 403 ? EACCES : EIO, "GET %s: HTTP %ld", path, status);
+    }
+    *ret = body;
+    return 1;
+}
+
 uint64_t sbx_object_rv(json_t *obj)
 {
     const char *rv = sbx_meta_str(obj, "resourceVersion");

@@ -37,6 +37,10 @@ int sbx_api_create(struct sbx_kube *k, const char *path, json_t *obj, struct sbx
 /* DELETEs path; returns 1 when deleted, 0 when it was not there. */
 int sbx_api_delete(struct sbx_kube *k, const char *path, struct sbx_error *err);
 
+/* GETs path: 1 with *ret (new) when found, 0 with *ret NULL when not (404), < 0 on failure
+ * (-EACCES when forbidden). */
+int sbx_api_get(struct sbx_kube *k, const char *path, json_t **ret, struct sbx_error *err);
+
 /* Merge-patches path; returns the HTTP status (200, 404, 409...) or < 0. With ret_rv, a 200's
  * new resourceVersion goes there (0 when it is not a number). */
 long sbx_api_patch(struct sbx_kube *k, const char *path, json_t *patch, uint64_t *ret_rv,

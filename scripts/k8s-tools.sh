@@ -25,6 +25,10 @@ HELM_VERSION=v3.22.0
 CONTROLLER_TOOLS_VERSION=v0.23.0
 MONITORING_MODULE=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
 MONITORING_VERSION=v0.95.2
+# An OCI registry and crane, for the controller's image entrypoint lookups against a real
+# registry (test/controller/test_entrypoint.py, bench/controller.sh).
+DISTRIBUTION_VERSION=v3.1.2
+CRANE_VERSION=v0.22.1
 
 log() { printf 'k8s-tools: %s\n' "$*" >&2; }
 
@@ -124,3 +128,7 @@ build_wrapped helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
 build_wrapped controller-gen sigs.k8s.io/controller-tools "$CONTROLLER_TOOLS_VERSION" \
   sigs.k8s.io/controller-tools/cmd/controller-gen
 monitoring_crds
+build_wrapped registry github.com/distribution/distribution/v3 "$DISTRIBUTION_VERSION" \
+  github.com/distribution/distribution/v3/cmd/registry
+build_wrapped crane github.com/google/go-containerregistry "$CRANE_VERSION" \
+  github.com/google/go-containerregistry/cmd/crane

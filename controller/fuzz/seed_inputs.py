@@ -131,3 +131,47 @@ objects = {
 }
 for name, (mode, obj) in objects.items():
     write('ctl_objects', name, bytes([mode]) + json.dumps(obj).encode())
+
+# --- ctl_registry: byte 0 % 5 chooses the parser (manifest, config, challenge, docker config,
+# image reference); for a manifest, (byte 0 / 5) % 8 the content type and / 8 % 4 the arch
+MANIFEST, CONFIG, CHALLENGE, DOCKERCFG, REF = range(5)
+D1, D2 = 'sha256:' + '0' * 63 + '1', 'sha256:' + 'a' * 64
+
+
+def mode(parser, ctype=0, arch=0):
+    return parser + 5 * (ctype + 8 * arch)
+
+
+index = {'schemaVersion': 2, 'mediaType': 'application/vnd.oci.image.index.v1+json',
+         'manifests': [{'digest': D1, 'platform': {'os': 'linux', 'architecture': 'amd64'}},
+                       {'digest': D2, 'platform': {'os': 'linux', 'architecture': 'arm64',
+                                                   'variant': 'v8'}}]}
+image = {'schemaVersion': 2, 'config': {'digest': D1, 'mediaType': 'x'}, 'layers': []}
+registry = {
+    'manifest_index': (mode(MANIFEST), index),
+    'manifest_index_arm': (mode(MANIFEST, 1, 2), index),
+    'manifest_index_missing': (mode(MANIFEST, 3, 3), index),
+    'manifest_image': (mode(MANIFEST, 4), image),
+    'manifest_image_shape': (mode(MANIFEST, 5), image),
+    'manifest_schema1': (mode(MANIFEST), {'schemaVersion': 1, 'name': 'x', 'fsLayers': []}),
+    'manifest_bad_digest': (mode(MANIFEST, 2), {'schemaVersion': 2, 'config': {'digest': 'sha256:1'}}),
+    'config_full': (mode(CONFIG), {'config': {'Entrypoint': ['/bin/app'], 'Cmd': ['-v'],
+                                              'WorkingDir': '/srv'}}),
+    'config_nulls': (mode(CONFIG), {'config': {'Entrypoint': None, 'Cmd': None}}),
+    'config_bad_cmd': (mode(CONFIG), {'config': {'Cmd': 'sh -c x'}}),
+    'challenge_bearer': (mode(CHALLENGE), 'Bearer realm="https://auth.docker.io/token",'
+                         'service="registry.docker.io",scope="repository:library/busybox:pull"'),
+    'challenge_basic': (mode(CHALLENGE), 'Basic realm="a \\"quoted\\" realm"'),
+    'challenge_several': (mode(CHALLENGE), 'Negotiate abc, Basic realm=x, Bearer realm=y'),
+    'challenge_open_quote': (mode(CHALLENGE), 'Bearer realm="https://t'),
+    'dockercfg_json': (mode(DOCKERCFG), {'auths': {'r.io': {'auth': 'dTpwOnc='},
+                                                   '*.r.io': {'username': 'w', 'password': 'x'},
+                                                   'https://index.docker.io/v1/': {'auth': '!!'}}}),
+    'dockercfg_legacy': (mode(DOCKERCFG), {'r.io:5000': {'username': 'u', 'password': 'p'}}),
+    'ref_hub': (mode(REF), 'busybox'),
+    'ref_full': (mode(REF), f'127.0.0.1:5000/a/b_c:v1@{D2}'),
+    'ref_v6': (mode(REF), '[::1]:5000/app:dev'),
+    'ref_bad': (mode(REF), 'Not/A/Ref:'),
+}
+for name, (m, v) in registry.items():
+    write('ctl_registry', name, bytes([m]) + (v if isinstance(v, str) else json.dumps(v)).encode())

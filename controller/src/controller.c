@@ -304,6 +304,26 @@ static int start_informer(struct sbx_ctrl *c, const char *name, const char *grou
     return sbx_informer_start(c->kube, &o, ret, err);
 }
 
+/* A lookup ended: the sandbox waiting on it reconciles. */
+static void lookup_done(const char *qkey, void *arg)
+{
+    sbx_ctrl_enqueue(arg, qkey, 0);
+}
+
+static int start_lookups(struct sbx_ctrl *c, struct sbx_error *err)
+{
+    struct sbx_lookups_opts lo = {.threads = c->opts.lookup_threads,
+                                  .queue_max = 1024,
+                                  .failures_max = 4096,
+                                  .done = lookup_done,
+                                  .arg = c};
+    int r;
+
+    if ((r = sbx_registry_new(&c->opts.registry, &c->registry, err)) < 0)
+        return r;
+    return sbx_lookups_new(c->registry, &lo, &c->lookups, err);
+}
+
 int sbx_ctrl_new(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, struct sbx_ctrl **ret,
                  struct sbx_error *err)
 {
@@ -332,6 +352,8 @@ int sbx_ctrl_new(struct sbx_kube *kube, const struct sbx_ctrl_opts *opts, struct
     }
     if ((r = sbx_wq_new(&qo, &c->queue, err)) < 0 ||
         (r = sbx_wq_new(&qo, &c->claim_queue, err)) < 0)
+        goto fail;
+    if (opts->image_lookup && (r = start_lookups(c, err)) < 0)
         goto fail;
     *ret = c;
     return 0;
@@ -434,6 +456,9 @@ void sbx_ctrl_free(struct sbx_ctrl *c)
     sbx_kube_cancel(c->kube, true);
     sbx_wq_join(c->queue);
     sbx_wq_join(c->claim_queue);
+    /* Lookup threads queue keys when they end: gone before the queues. */
+    sbx_lookups_free(c->lookups);
+    sbx_registry_free(c->registry);
     /* Handlers read other informers' caches and queue work: every thread ends before any
      * cache or queue goes. */
     for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)

@@ -15,7 +15,9 @@
 #include "error.h"
 #include "informer.h"
 #include "kube.h"
+#include "lookups.h"
 #include "podspec.h"
+#include "registry.h"
 #include "workqueue.h"
 
 struct sbx_ctrl_opts {
@@ -31,6 +33,10 @@ struct sbx_ctrl_opts {
     uint64_t replenish_delay_ms; /* a pool waits this long after its last adoption to refill */
     uint64_t write_behind_ms;    /* a Sandbox status change that keeps its Ready condition waits
                                     this long for more (0: written at once) */
+    bool image_lookup;           /* a main container without a command runs the entrypoint of its
+                                    image, looked up in the registry (image.c) */
+    struct sbx_registry_opts registry;
+    int lookup_threads; /* image lookups at once */
 };
 
 struct sbx_ctrl;
@@ -51,18 +57,20 @@ struct sbx_ctrl {
     struct sbx_kube *kube;
     struct sbx_ctrl_opts opts;
     struct sbx_informer *sandboxes, *pods, *services, *templates, *pools, *claims;
-    struct sbx_informer *pvcs;  /* the claims of Sandboxes' volumeClaimTemplates (volumes.c) */
-    struct sbx_wq *queue;       /* sandbox: and pool: keys */
-    struct sbx_wq *claim_queue; /* claim: keys: never stuck behind a refill */
-    struct sbx_bucket refill;   /* paces warm-pool creations across pools */
-    pthread_mutex_t mu;         /* guards the maps below */
-    json_t *expected;           /* "ns/name" -> pool key: created, not yet in the cache */
-    json_t *taken;              /* "ns/name" -> claim key: a warm sandbox being adopted */
-    json_t *claim_seen;         /* "ns/name" -> when the claim was first seen unready (ns) */
-    json_t *held;               /* "ns/name" -> since when a Sandbox's status write waits (ns) */
-    json_t *adopted;            /* pool "ns/name" -> when a claim last took one of its own (ns) */
-    json_t *wrote; /* queue key -> [resourceVersion, when (ns)] of our last status write to the
-                      object, until its cache shows it */
+    struct sbx_informer *pvcs;     /* the claims of Sandboxes' volumeClaimTemplates (volumes.c) */
+    struct sbx_wq *queue;          /* sandbox: and pool: keys */
+    struct sbx_wq *claim_queue;    /* claim: keys: never stuck behind a refill */
+    struct sbx_bucket refill;      /* paces warm-pool creations across pools */
+    struct sbx_registry *registry; /* with opts.image_lookup: the registry client... */
+    struct sbx_lookups *lookups;   /* ...and its lookup threads, else NULL */
+    pthread_mutex_t mu;            /* guards the maps below */
+    json_t *expected;              /* "ns/name" -> pool key: created, not yet in the cache */
+    json_t *taken;                 /* "ns/name" -> claim key: a warm sandbox being adopted */
+    json_t *claim_seen;            /* "ns/name" -> when the claim was first seen unready (ns) */
+    json_t *held;                  /* "ns/name" -> since when a Sandbox's status write waits (ns) */
+    json_t *adopted; /* pool "ns/name" -> when a claim last took one of its own (ns) */
+    json_t *wrote;   /* queue key -> [resourceVersion, when (ns)] of our last status write to the
+                        object, until its cache shows it */
     atomic_uint_least64_t claim_writes, claims_warm, claims_cold;
     atomic_uint_least64_t sandbox_status_writes, sandbox_status_held, refills_deferred;
     struct sbx_histogram claim_ready[2];             /* seen to Ready written: [0] cold, [1] warm */

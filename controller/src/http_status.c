@@ -67,6 +67,29 @@ static void lag_metrics(FILE *f, const char *name, struct sbx_informer *inf)
     sbx_histogram_write(f, "sandboxd_controller_watch_lag_seconds", labels, sbx_informer_lag(inf));
 }
 
+/* What the image lookups cost: registry requests by kind, results, cache hits. */
+static void image_metrics(FILE *f, struct sbx_registry *r)
+{
+    struct sbx_registry_stats st;
+
+    if (!r)
+        return;
+    sbx_registry_stats(r, &st);
+    fprintf(f,
+            "# TYPE sandboxd_controller_image_lookups_total counter\n"
+            "sandboxd_controller_image_lookups_total{result=\"resolved\"} %llu\n"
+            "sandboxd_controller_image_lookups_total{result=\"failed\"} %llu\n"
+            "# TYPE sandboxd_controller_image_cache_hits_total counter\n"
+            "sandboxd_controller_image_cache_hits_total %llu\n"
+            "# TYPE sandboxd_controller_registry_requests_total counter\n"
+            "sandboxd_controller_registry_requests_total{kind=\"manifest\"} %llu\n"
+            "sandboxd_controller_registry_requests_total{kind=\"config\"} %llu\n"
+            "sandboxd_controller_registry_requests_total{kind=\"token\"} %llu\n",
+            (unsigned long long)st.resolved, (unsigned long long)st.failures,
+            (unsigned long long)st.hits, (unsigned long long)st.manifests,
+            (unsigned long long)st.configs, (unsigned long long)st.tokens);
+}
+
 static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
 {
     size_t holding;
@@ -109,6 +132,7 @@ static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)
                 {"services", c->services},          {"sandboxtemplates", c->templates},
                 {"sandboxwarmpools", c->pools},     {"sandboxclaims", c->claims},
                 {"persistentvolumeclaims", c->pvcs}};
+    image_metrics(f, c->registry);
     fprintf(f, "# TYPE sandboxd_controller_informer_lists_total counter\n");
     for (size_t i = 0; i < SBX_ARRAY_SIZE(infs); i++)
         informer_metrics(f, infs[i].name, infs[i].inf);

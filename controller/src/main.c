@@ -52,6 +52,13 @@ static uint64_t arg_pool_recheck_ms = 60 * 1000;
 static uint64_t arg_kube_api_timeout_ms = 30000;
 static uint64_t arg_write_behind_ms = 0;
 static uint64_t arg_replenish_delay_ms = 0;
+static bool arg_image_lookup = true;
+static const char *arg_insecure_registries;
+static const char *arg_registry_ca_file;
+static uint64_t arg_registry_timeout_ms = 10000;
+static uint64_t arg_image_cache_ttl_ms = 60000;
+static long long arg_image_cache_size = 512;
+static long long arg_image_lookup_threads = 4;
 
 static int opt_port(const char *v, void *dst)
 {
@@ -135,6 +142,22 @@ static const struct sbx_flag options[] = {
      "readiness and liveness probes: http (/readyz, /healthz) or grpc (http)"},
     {"sandboxd-grpc-port", opt_port, &arg_grpc_port, "sandboxd's gRPC port (9090)"},
     {"sandboxd-rest-port", opt_port, &arg_rest_port, "sandboxd's REST port (8080)"},
+    {"image-entrypoint-lookup", sbx_flag_bool, &arg_image_lookup,
+     "a main container without a command runs its image's entrypoint and cmd, looked up in the "
+     "image's registry with the pod's and its service account's pull secrets; the Sandbox is "
+     "not Ready until then (true)"},
+    {"insecure-registries", sbx_flag_string, &arg_insecure_registries,
+     "comma-separated registry hosts (host[:port]) looked up over plain HTTP (none)"},
+    {"registry-ca-file", sbx_flag_string, &arg_registry_ca_file,
+     "CA bundle for registries' HTTPS (the system's)"},
+    {"registry-timeout", sbx_flag_duration, &arg_registry_timeout_ms,
+     "timeout of one request to a registry (10s)"},
+    {"image-cache-ttl", sbx_flag_duration, &arg_image_cache_ttl_ms,
+     "how long what a tag resolved to is reused; configs are cached by digest (1m)"},
+    {"image-cache-size", opt_count, &arg_image_cache_size,
+     "entries of each image cache: configs by digest, references (512)"},
+    {"image-lookup-threads", opt_count, &arg_image_lookup_threads,
+     "image lookups at once, off the reconcile workers (4)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
@@ -266,6 +289,16 @@ int main(int argc, char **argv)
         .pool_recheck_ms = arg_pool_recheck_ms ? arg_pool_recheck_ms : 1000,
         .write_behind_ms = arg_write_behind_ms,
         .replenish_delay_ms = arg_replenish_delay_ms,
+        .image_lookup = arg_image_lookup,
+        .registry = {.timeout_ms = (long)arg_registry_timeout_ms,
+                     .manifest_max = 4 << 20,
+                     .config_max = 8 << 20,
+                     .tag_ttl_ms = arg_image_cache_ttl_ms,
+                     .cache_max = (size_t)arg_image_cache_size,
+                     .insecure = arg_insecure_registries,
+                     .ca_file = arg_registry_ca_file,
+                     .user_agent = "sandboxd-controller/" SANDBOXD_VERSION},
+        .lookup_threads = (int)arg_image_lookup_threads,
         .inject = {.image = arg_sandboxd_image,
                    .runtime_class = arg_default_runtime_class,
                    .probe = strcmp(arg_sandboxd_probe, "grpc") ? SBX_PROBE_HTTP : SBX_PROBE_GRPC,

@@ -366,12 +366,18 @@ int sbx_pod_entrypoint(json_t *tmeta, json_t **ret, struct sbx_error *err)
     return 0;
 }
 
-/* The main container runs sandboxd, which runs the original command. Without a command the
- * image's entrypoint is unknown here unless the pod template's annotation gives it (entry): then
- * that, with the args; else sandboxd serves alone, and args (if any) become the command it
- * starts. */
+/* What the image runs by, for a main container without a command: the entrypoint (of the pod
+ * template's annotation, or looked up in the registry) and the image's cmd (looked up). */
+struct image_run {
+    json_t *entry, *cmd;
+};
+
+/* The main container runs sandboxd, which runs the original command. Without a command, the
+ * image's entrypoint (img->entry) with the args, or without args the image's cmd, as a container
+ * runtime does; when nothing is known of the image, sandboxd serves alone, and args (if any)
+ * become the command it starts. */
 static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct sbx_ports *ports,
-                       json_t *entry, struct sbx_error *err)
+                       const struct image_run *img, struct sbx_error *err)
 {
     json_t *cmd, *user_cmd = json_object_get(c, "command"), *args = json_object_get(c, "args");
     size_t n;
@@ -384,10 +390,14 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
     if (!(cmd = sandboxd_argv(ports)))
         return sbx_error_set(err, ENOMEM, "pod");
     n = json_array_size(cmd);
-    if (json_array_size(user_cmd) > 0)
+    if (json_array_size(user_cmd) > 0) {
         json_array_extend(cmd, user_cmd);
-    else if (entry)
-        json_array_extend(cmd, entry);
+    } else {
+        if (json_is_array(img->entry))
+            json_array_extend(cmd, img->entry);
+        if (json_array_size(args) == 0 && json_is_array(img->cmd))
+            json_array_extend(cmd, img->cmd);
+    }
     if (json_is_array(args))
         json_array_extend(cmd, args);
     if (json_array_size(cmd) == n)
@@ -415,8 +425,8 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
     return 0;
 }
 
-static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts *o, json_t *entry,
-                  struct sbx_error *err)
+static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts *o,
+                  const struct image_run *img, struct sbx_error *err)
 {
     json_t *containers = json_object_get(spec, "containers");
     json_t *volumes = json_object_get(spec, "volumes");
@@ -434,7 +444,7 @@ static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec.initContainers: %s is taken",
                              SBX_INJECTOR_NAME);
     if ((r = sbx_pod_ports(spec, o, &ports, err)) < 0 ||
-        (r = inject_main(json_array_get(containers, 0), o, &ports, entry, err)) < 0)
+        (r = inject_main(json_array_get(containers, 0), o, &ports, img, err)) < 0)
         return r;
     if (append(spec, "volumes", json_pack("{s:s, s:{}}", "name", SBX_BIN_VOLUME, "emptyDir")) < 0 ||
         append(spec, "volumes",
@@ -455,8 +465,8 @@ static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts
     return 0;
 }
 
-int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **ret,
-                    struct sbx_error *err)
+static int sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t *image,
+                       json_t **ret, struct sbx_error *err)
 {
     json_t *tmpl = json_object_get(json_object_get(sandbox, "spec"), "podTemplate");
     json_t *tmeta = json_object_get(tmpl, "metadata");
@@ -473,8 +483,14 @@ int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **r
         return sbx_error_set(err, ENOMEM, "pod");
     json_auto_t *entry = NULL;
     if ((r = sbx_pod_entrypoint(tmeta, &entry, err)) < 0 ||
-        (r = claim_volumes(spec, sandbox, err)) < 0 ||
-        (r = inject(spec, secret, o, entry, err)) < 0)
+        (r = claim_volumes(spec, sandbox, err)) < 0)
+        return r;
+    struct image_run img = {entry, NULL};
+    if (!entry && image) {
+        img.entry = json_object_get(image, "entrypoint");
+        img.cmd = json_object_get(image, "cmd");
+    }
+    if ((r = inject(spec, secret, o, &img, err)) < 0)
         return r;
     /* A runtime class only when the template names one; a null or empty one would run the pod
      * under the node's default runtime instead of ours. */
@@ -503,6 +519,31 @@ int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **r
     *ret = json_pack("{s:s, s:s, s:O, s:O}", "apiVersion", "v1", "kind", "Pod", "metadata", meta,
                      "spec", spec);
     return *ret ? 0 : sbx_error_set(err, ENOMEM, "pod");
+}
+
+int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **ret,
+                    struct sbx_error *err)
+{
+    return sandbox_pod(sandbox, o, NULL, ret, err);
+}
+
+int sbx_sandbox_pod_image(json_t *sandbox, const struct sbx_inject_opts *o, json_t *image,
+                          json_t **ret, struct sbx_error *err)
+{
+    return sandbox_pod(sandbox, o, image, ret, err);
+}
+
+const char *sbx_pod_image_to_resolve(json_t *sandbox)
+{
+    json_t *tmpl = json_object_get(json_object_get(sandbox, "spec"), "podTemplate");
+    json_t *main = json_array_get(json_object_get(json_object_get(tmpl, "spec"), "containers"), 0);
+    json_t *ann = json_object_get(json_object_get(tmpl, "metadata"), "annotations");
+    const char *image = json_string_value(json_object_get(main, "image"));
+
+    if (json_array_size(json_object_get(main, "command")) > 0 ||
+        json_object_get(ann, SBX_ANNOT_ENTRYPOINT) || !image || !*image)
+        return NULL;
+    return image;
 }
 
 json_t *sbx_sandbox_secret(json_t *sandbox, const char *token)

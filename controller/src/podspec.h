@@ -60,6 +60,11 @@ int sbx_pod_ports(json_t *spec, const struct sbx_inject_opts *o, struct sbx_port
  * strings. */
 int sbx_pod_entrypoint(json_t *tmeta, json_t **ret, struct sbx_error *err);
 
+/* The image whose entrypoint the pod of sandbox must be told, when the registry must be asked:
+ * its main container (containers[0]) has no command, its pod template no SBX_ANNOT_ENTRYPOINT
+ * annotation, and the image is named. NULL otherwise (borrowed from sandbox). */
+const char *sbx_pod_image_to_resolve(json_t *sandbox);
+
 /* The value of the SBX_LABEL_HASH label for a sandbox name (8 hex digits, FNV-1a). */
 void sbx_name_hash(const char *name, char buf[9]);
 
@@ -88,6 +93,13 @@ json_t *sbx_owner_ref(json_t *sandbox);
  * (no containers, a volume or port name we need already taken, bad volume claim templates). */
 int sbx_sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t **ret,
                     struct sbx_error *err);
+
+/* sbx_sandbox_pod for a main container without a command whose image was looked up: image is
+ * {"entrypoint": [..] or null, "cmd": [..] or null}, as sbx_registry_resolve answers. The
+ * command after sandboxd's "--" is then what the container runtime would run: the entrypoint,
+ * then the container's args when it has any, else the image's cmd. */
+int sbx_sandbox_pod_image(json_t *sandbox, const struct sbx_inject_opts *o, json_t *image,
+                          json_t **ret, struct sbx_error *err);
 
 /* The token Secret: stringData.token = token. */
 json_t *sbx_sandbox_secret(json_t *sandbox, const char *token);

@@ -33,6 +33,15 @@ struct sbx_volumes {
 int sbx_sandbox_volumes(struct sbx_ctrl *c, json_t *sb, const char *ns, struct sbx_volumes *out,
                         struct sbx_error *err);
 
+/* The image config the Pod of Sandbox whole (as read from the API server) must be built with
+ * (sbx_sandbox_pod_image), when its main container runs the image's own entrypoint and image
+ * lookups are on (image.c). 0 with *ret NULL when none is needed; 1 with *ret (new) when known;
+ * -EINPROGRESS while it is looked up (the sandbox is queued again when that ends); -EINVAL when
+ * the image reference is not one; -EAGAIN with the reason the lookup failed (the sandbox is
+ * queued again when it is retried); other < 0 when the pull secrets could not be read. */
+int sbx_sandbox_image(struct sbx_ctrl *c, json_t *whole, const char *ns, json_t **ret,
+                      struct sbx_error *err);
+
 /* Whether the template's sandboxes get the default NetworkPolicy: networkPolicyManagement
  * Managed (or unset) and no spec.networkPolicy. */
 bool sbx_template_default_policy(json_t *tmpl);

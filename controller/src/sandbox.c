@@ -83,7 +83,9 @@ static int create_pod(struct sbx_ctrl *c, json_t *whole, const char *ns, struct 
     char token[65], path[700];
     int r;
 
-    if ((r = sbx_sandbox_pod(whole, &c->opts.inject, &want, err)) < 0)
+    json_auto_t *image = NULL;
+    if ((r = sbx_sandbox_image(c, whole, ns, &image, err)) < 0 ||
+        (r = sbx_sandbox_pod_image(whole, &c->opts.inject, image, &want, err)) < 0)
         return r;
     if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
         return sbx_error_set(err, errno, "getrandom");
@@ -307,6 +309,21 @@ static int write_status(struct sbx_ctrl *c, const char *key, json_t *sb, json_t 
     return r < 0 ? r : 0;
 }
 
+/* The Ready reason of a Sandbox whose Pod cannot be made, by why. */
+static const char *blocked_reason(int r)
+{
+    switch (r) {
+    case -EINVAL:
+        return "InvalidSpec";
+    case -EEXIST:
+        return "VolumeClaimConflict";
+    case -EINPROGRESS:
+        return "EntrypointPending"; /* the image's entrypoint being looked up */
+    default:
+        return "EntrypointUnresolved"; /* the lookup failed; retried */
+    }
+}
+
 static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_error *err)
 {
     json_auto_t *sb = sbx_informer_get(c->sandboxes, key);
@@ -353,8 +370,9 @@ static int sandbox_reconcile(struct sbx_ctrl *c, const char *key, struct sbx_err
         r = sbx_sandbox_volumes(c, sb, ns, &vol, err);
         if (r >= 0)
             r = ensure_running(c, sb, pod, svc, ns, err);
-        if (r == -EINVAL || r == -EEXIST) { /* the spec cannot be run as it is: say so */
-            rd = (struct ready){"False", r == -EINVAL ? "InvalidSpec" : "VolumeClaimConflict", ""};
+        if (r == -EINVAL || r == -EEXIST || r == -EINPROGRESS || r == -EAGAIN) {
+            /* the spec cannot be run as it is, or not yet: say so */
+            rd = (struct ready){"False", blocked_reason(r), ""};
             snprintf(rd.message, sizeof(rd.message), "%s", err->msg);
         } else if (r < 0) {
             return r;

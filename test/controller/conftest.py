@@ -361,6 +361,9 @@ class Controller(Proc):
                 "--sandboxd-image=sandboxd-injector:test", "--metrics-bind-address=127.0.0.1:0",
                 # One Lease per test: replicas of one test contend, tests do not.
                 f"--leader-election-id=lease-{namespace}",
+                # No registry is reachable here: a main container without a command runs what
+                # the tests give (test_entrypoint.py turns lookups on against its own registry).
+                "--image-entrypoint-lookup=false",
                 "--log-level=debug", *extra]
         env = dict(os.environ)
         env.pop("KUBECONFIG", None)

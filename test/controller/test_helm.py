@@ -373,7 +373,9 @@ def run_as_chart(cluster, ns, kubeconfig, name):
     """The image's controller with the Deployment's own arguments, as its service account (what
     the pod would run: kwok runs no container)."""
     argv = [image_controller(), *controller_args(cluster, ns), f"--kubeconfig={kubeconfig}",
-            "--metrics-bind-address=127.0.0.1:0"]
+            "--metrics-bind-address=127.0.0.1:0",
+            # The template's image (python:3.12) has no registry here to look its entrypoint up.
+            "--image-entrypoint-lookup=false"]
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)
     return Proc(name, argv, cluster.dir, env=env)
