@@ -21,6 +21,12 @@ Figures:
   PVC             a second pool of P sandboxes whose template has a volumeClaimTemplate (each
                   claim bound to a hostPath PersistentVolume by kube-controller-manager's binder
                   before its sandbox is Ready), and Q claims on it one at a time: warm claim p50
+  entrypoint      a Sandbox whose main container gives no command, from its POST to its Pod
+                  made (the Pod polled on a kept-alive connection): its image looked up for the
+                  first time in a registry on loopback behind a Bearer token service (challenge,
+                  token, manifest, config: test/controller/oci.py), a second sandbox of an image
+                  already resolved (cached), and one whose container gives its command (no
+                  lookup: the floor); E of each, p50
   10k             M Sandboxes with operatingMode Suspended (no Pod each: kwok and the scheduler stay
                   idle, so 2 cores cope), listed by a freshly started controller: RSS once its queue
                   is empty; with --baseline-bin, the same for another controller build
@@ -379,6 +385,69 @@ def pvc_phase(args, cluster, ctrl):
                     0)[:4]
 
 
+def pod_made_ms(conn, k, ns, obj):
+    """ms from the Sandbox's POST to its Pod existing."""
+    t = time.monotonic()
+    k.create(obj)
+    path = f"/api/v1/namespaces/{ns}/pods/{obj['metadata']['name']}"
+    while True:
+        try:
+            conn.request("GET", path)
+            return (time.monotonic() - t) * 1000
+        except ApiError as e:
+            if e.status != 404:
+                raise
+        if time.monotonic() - t > 60:
+            raise TimeoutError(f"no Pod for {path}")
+
+
+def entrypoint_phase(args, cluster):
+    """Sandboxes of images looked up for the first time, of images resolved already, and with a
+    command given: the ms from POST to Pod of each (p50)."""
+    import oci
+    from test_sandbox import sandbox
+    if oci.missing_tools():
+        return [("entrypoint lookup", "skipped: no registry or crane (scripts/k8s-tools.sh)",
+                 "", "", "", "—", "info")]
+    k, ns, n = cluster.admin, "bench-ep", args.entrypoint_samples
+    k.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    k.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}})
+    d = Path(tempfile.mkdtemp(prefix="sbx-bench-ep-"))
+    tokens = oci.TokenServer(d)
+    reg = oci.Registry(d, "registry", auth=tokens).start()
+    crane = oci.Crane(d)
+    refs = []
+    for i in range(n):
+        crane.image(f"{reg.push_host}/pub/app{i}:v1", entrypoint=["/bin/app"], cmd=[str(i)])
+        refs.append(f"{reg.host}/pub/app{i}:v1")
+    ctrl = Controller(cluster, ns, "--image-entrypoint-lookup=true",
+                      f"--insecure-registries={reg.host}", f"--log-level={args.log_level}")
+    conn = Conn(cluster)
+    samples = {"first": [], "cached": [], "command": []}
+    try:
+        wait_until(lambda: ctrl.http("/readyz")[0] == 200, 60, interval=0.2, what="controller ready")
+        for i, ref in enumerate(refs):
+            main = {"name": "main", "image": ref}
+            for kind, c in (("first", main), ("cached", main),
+                            ("command", dict(main, command=["/bin/app"]))):
+                obj = sandbox(f"{kind}-{i}", ns, pod_spec={"containers": [c]})
+                samples[kind].append(pod_made_ms(conn, k, ns, obj))
+    finally:
+        ctrl.stop()
+        reg.stop()
+        tokens.stop()
+        shutil.rmtree(d, ignore_errors=True)
+    p = {kind: pct(v, 0.5) for kind, v in samples.items()}
+    return [
+        (f"entrypoint: Sandbox POST to Pod made, p50 ms, first lookup of its image ({n} images: "
+         f"challenge, token, manifest, config) vs a command given", f"{p['first']:.1f}", "",
+         f"{p['command']:.1f}", f"{p['first'] / p['command']:.2f}×", "—", "info"),
+        (f"entrypoint: Sandbox POST to Pod made, p50 ms, image resolved already (cached) vs a "
+         f"command given", f"{p['cached']:.1f}", "", f"{p['command']:.1f}",
+         f"{p['cached'] / p['command']:.2f}×", "—", "info"),
+    ]
+
+
 def run(args, cluster):
     k = cluster.admin
     for ns in ("bench", "idle"):
@@ -401,6 +470,9 @@ def run(args, cluster):
                 rows += pvc_phase(args, cluster, ctrl)
         finally:
             ctrl.stop()
+    if args.entrypoint_samples:
+        os.environ["SANDBOXD_CONTROLLER_BIN"] = args.bin
+        rows += entrypoint_phase(args, cluster)
     if not args.idle:
         return rows
 
@@ -453,6 +525,8 @@ def main():
     ap.add_argument("--pvc-pool", type=int, default=20,
                     help="a pool whose template has a volumeClaimTemplate (0: none)")
     ap.add_argument("--pvc-claims", type=int, default=20, help="claims on it, one at a time")
+    ap.add_argument("--entrypoint-samples", type=int, default=10,
+                    help="sandboxes of each kind for the entrypoint lookup's cost (0: none)")
     ap.add_argument("--idle", type=int, default=10000, help="Suspended Sandboxes for the RSS case")
     ap.add_argument("--qps", type=float, default=500)
     ap.add_argument("--burst", type=int, default=1000)
