@@ -2,7 +2,8 @@
 # Builds the Kubernetes parts the controller's tests run against into $SANDBOXD_TOOLS (default
 # ~/.cache/sandboxd/bin), outside the repo: a real kube-apiserver, kube-scheduler and
 # kube-controller-manager from the k8s.io/kubernetes Go module, etcd from its Go module, and kwok (which plays the kubelets of fake
-# Nodes, so scheduled Pods become Running with IPs); kubectl too, to run sbx as its plugin. Each binary carries a version stamp, so a second run
+# Nodes, so scheduled Pods become Running with IPs); kubectl too, to run sbx as its plugin; the
+# `distribution` registry and crane, for the controller's image entrypoint lookups. Each binary carries a version stamp, so a second run
 # returns at once. Called by scripts/setup.sh; runs alone too.
 #
 # k8s.io/kubernetes cannot be built with `go install`: its go.mod replaces each k8s.io staging

@@ -115,7 +115,8 @@ install_schemathesis
 "$(dirname "$0")/../sdk/python/venv.sh" >/dev/null
 # The Go SDK's modules, fetched once.
 (cd "$(dirname "$0")/../sdk/go" && GOFLAGS=-buildvcs=false go mod download)
-# kube-apiserver, kube-scheduler, kube-controller-manager, etcd and kwok for the controller's tests.
+# kube-apiserver, kube-scheduler, kube-controller-manager, etcd and kwok for the controller's tests,
+# and an OCI registry and crane for its image entrypoint lookups.
 bash "$(dirname "$0")/k8s-tools.sh"
 # A kernel with cgroup v2 only, run in QEMU, for the cgroup v2 test (test/image): its absence
 # only makes that test skip, saying why.

@@ -117,6 +117,8 @@ int sbx_sandbox_image(struct sbx_ctrl *c, json_t *whole, const char *ns, json_t 
         return 0;
     if (sbx_image_ref_parse(image, &ref, err) < 0)
         return sbx_error_wrap(err, "spec.podTemplate.spec.containers[0].image");
+    if (!sbx_queue_key(qkey, sizeof(qkey), "sandbox", ns, sbx_meta_str(whole, "name")))
+        return sbx_error_set(err, EINVAL, "name too long");
     platform(spec, &os, &arch);
     if ((r = pull_creds(c, spec, ns, ref.registry, creds, &ncreds, err)) < 0) {
         explicit_bzero(creds, sizeof(creds));
@@ -124,8 +126,6 @@ int sbx_sandbox_image(struct sbx_ctrl *c, json_t *whole, const char *ns, json_t 
     }
     struct sbx_registry_query q = {
         .ref = &ref, .os = os, .arch = arch, .creds = creds, .ncreds = ncreds};
-    if (!sbx_queue_key(qkey, sizeof(qkey), "sandbox", ns, sbx_meta_str(whole, "name")))
-        return sbx_error_set(err, EINVAL, "name too long");
     r = sbx_lookups_get(c->lookups, &q, qkey, ret, &retry_ms, err);
     explicit_bzero(creds, sizeof(creds));
     if (r == 0)
@@ -133,6 +133,9 @@ int sbx_sandbox_image(struct sbx_ctrl *c, json_t *whole, const char *ns, json_t 
                              image);
     if (r < 0 && retry_ms)
         sbx_ctrl_enqueue(c, qkey, retry_ms);
-    /* Whatever the lookup's errno, the reconcile reads it as one: unresolved, retried. */
-    return r < 0 ? -(err->code = EAGAIN) : 1;
+    if (r < 0) { /* whatever the lookup's errno, the reconcile reads one: unresolved, retried */
+        err->code = EAGAIN;
+        return -EAGAIN;
+    }
+    return 1;
 }

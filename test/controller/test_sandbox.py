@@ -184,7 +184,7 @@ def test_template_choices_win(cluster, namespace, controller):
 
 def test_entrypoint_from_the_annotation(cluster, namespace, controller):
     """A main container without a command runs the entrypoint the pod template's annotation
-    sandboxd.dev/entrypoint gives (the image's, which nothing here resolves from a registry),
+    sandboxd.dev/entrypoint gives (registry lookups are off in this suite: test_entrypoint.py),
     with its args; a malformed one is refused as InvalidSpec."""
     k = cluster.admin
     main = {"name": "main", "image": "python:3.12", "args": ["-m", "http.server"]}
