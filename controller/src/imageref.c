@@ -139,8 +139,10 @@ static int split_name(const char *name, struct sbx_image_ref *ret, struct sbx_er
             return sbx_error_set(err, EINVAL, "bad registry host \"%.100s\"", ret->registry);
         /* Docker Hub's other names. */
         if (!strcmp(ret->registry, "index.docker.io") ||
-            !strcmp(ret->registry, "registry-1.docker.io"))
+            !strcmp(ret->registry, "registry-1.docker.io")) {
+            memset(ret->registry, 0, sizeof(ret->registry)); /* copies compare whole */
             strcpy(ret->registry, SBX_DOCKER_HUB);
+        }
     } else {
         strcpy(ret->registry, SBX_DOCKER_HUB);
     }
