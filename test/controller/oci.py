@@ -214,15 +214,18 @@ class Crane:
         return r.stdout.strip()
 
     def image(self, ref, entrypoint=None, cmd=None, platform="linux/amd64"):
-        """Pushes a new image of one random layer with this entrypoint and cmd to ref; returns
-        its manifest digest."""
+        """Pushes a new image of one random layer with this entrypoint and cmd to ref (which ends
+        in a tag); returns its manifest digest."""
         layer = self.dir / f"layer-{uuid.uuid4().hex}.tar"
         payload = self.dir / "payload"
         payload.write_bytes(os.urandom(64))
         subprocess.run(["tar", "-cf", str(layer), "-C", str(self.dir), "payload"], check=True)
-        self("append", "--insecure", "-f", str(layer), "-t", ref)
+        # Built under a tag of its own: ref names the finished image only (a lookup between the
+        # two pushes must not find the image without its entrypoint).
+        tmp = f"{ref.rpartition(':')[0]}:tmp-{uuid.uuid4().hex[:12]}"
+        self("append", "--insecure", "-f", str(layer), "-t", tmp)
         layer.unlink()
-        args = ["mutate", "--insecure", ref, "--set-platform", platform, "-t", ref]
+        args = ["mutate", "--insecure", tmp, "--set-platform", platform, "-t", ref]
         if entrypoint is not None:
             args.append("--entrypoint=" + ",".join(entrypoint))
         if cmd is not None:
