@@ -77,28 +77,28 @@ int sbx_query_token(const char *target, char *buf, size_t size)
 
 size_t sbx_query_strip_token(char *target)
 {
-    char *q = strchr(target, '?'), *out;
-    const char *p;
+    char *q = strchr(target, '?'), *p;
+    bool cut_any = false;
 
     if (!q)
         return strlen(target);
-    out = q + 1;
+    /* Each token parameter goes with one '&' beside it; every other byte stays as it came. */
     for (p = q + 1; *p;) {
-        size_t n = strcspn(p, "&");
+        size_t n = strcspn(p, "&"), cut = n + (p[n] == '&');
         if (!is_token_param(p, n)) {
-            if (out > q + 1)
-                *out++ = '&';
-            memmove(out, p, n);
-            out += n;
+            p += cut;
+            continue;
         }
-        p += n;
-        if (*p == '&')
-            p++;
+        if (!p[n] && p > q + 1) { /* the last one: the '&' before it goes */
+            p--;
+            cut = n + 1;
+        }
+        memmove(p, p + cut, strlen(p + cut) + 1);
+        cut_any = true;
     }
-    if (out == q + 1)
-        out = q; /* nothing left: no '?' either */
-    *out = '\0';
-    return (size_t)(out - target);
+    if (cut_any && !q[1])
+        *q = '\0'; /* nothing left: no '?' either */
+    return strlen(target);
 }
 
 /* Calls fn on each "name=value" pair of a Cookie header, trimmed; stops when it returns true. */

@@ -87,8 +87,9 @@ bool proxy_authz_cookie(const struct exchange *x, const struct sbx_h1_field *f, 
         return false;
     /* The router's cookie is ours alone: the rest of the header goes on. */
     v = strndup(f->value, f->value_len);
-    *ret = v ? malloc(f->value_len + 1) : NULL;
-    if (*ret && sbx_cookie_strip(v, *ret, f->value_len + 1) < 0)
+    /* Pairs are joined by "; " however they came ("a=1;b=2"): at most twice as long. */
+    *ret = v ? malloc(2 * f->value_len + 2) : NULL;
+    if (*ret && sbx_cookie_strip(v, *ret, 2 * f->value_len + 2) < 0)
         **ret = '\0';
     free(v);
     return true;

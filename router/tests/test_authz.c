@@ -211,6 +211,9 @@ static void test_cookie(void)
            !strcmp(buf, "a=1; b=2"),
        "ours taken out: %s", buf);
     ok(sbx_cookie_strip(SBX_AUTHZ_COOKIE "=s", buf, sizeof(buf)) == 0, "only ours: no header");
+    ok(sbx_cookie_strip("a=1;b=2;" SBX_AUTHZ_COOKIE "=s", buf, sizeof(buf)) == 8 &&
+           !strcmp(buf, "a=1; b=2"),
+       "pairs without spaces come out joined by \"; \" (longer than they came): %s", buf);
     ok(sbx_cookie_strip("a=1; b=2", buf, 4) == -ENOSPC, "too small");
     {
         struct sbx_authz_verdict vd = {

@@ -235,6 +235,10 @@ def test_http_scoped_token_header_query_and_cookie(scoped, app):
                       {**to, "Cookie": f"a=1; sandbox-router-token={tok}"})
     assert r.status == 200
     assert app_saw(app, "/data.json")[1].get("cookie") == "a=1", "the router's cookie taken out"
+    # The app's own cookies, however they are joined, go on (here longer than they came).
+    r, body = request(scoped, "GET", "/data.json",
+                      {**to, "Authorization": f"Bearer {tok}", "Cookie": "a=1;b=2"})
+    assert r.status == 200 and app_saw(app, "/data.json")[1].get("cookie") == "a=1; b=2"
 
 
 def test_http_scoped_token_refusals(scoped, app):
