@@ -465,7 +465,9 @@ def test_timeout_holds_for_what_the_process_left_in_its_cgroup(sandboxd, procs, 
     done = procs.wait(p.id)
     sleeper = int(procs.attach(p.id)[0])
     leftovers.add(sleeper)
-    assert done.exit.reason == procs.m.EXIT_REASON_EXITED and done.exit.exit_code == 0, done
+    # Its own exit: 0, or 2 when the bomb had filled the pids limit before the top's last fork
+    # (a loaded machine runs the children first), never a signal.
+    assert done.exit.reason == procs.m.EXIT_REASON_EXITED and done.exit.exit_code in (0, 2), done
     assert not pid_gone(sleeper), "the sleeper died with the top"
     wait_until(lambda: pid_gone(sleeper), 20, what="the sleeper ended by the timeout")
     wait_until(lambda: any("timeout of 1500 ms: SIGKILL to its tree" in ln for ln in
