@@ -64,7 +64,8 @@ class Child:
                         return m
                 seen = len(self.lines)
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.what} exited: {self.log()}")
+                    raise RuntimeError(f"{self.what} exited (status {self.proc.returncode}): "
+                                       f"{self.log()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RuntimeError(f"no line {pattern!r} within {timeout}s: {self.log()}")
@@ -174,6 +175,11 @@ class RouterProcess(Child):
             self.proc.kill()
             self.proc.wait()
             raise
+        # Every listener is bound before "ready", in order: the main port first, then the TLS
+        # port when --https-bind-address asks for one (port 0: no free-port race).
+        with self._cv:
+            self.ports = [int(m.group(1)) for m in map(
+                re.compile(r"router: listening on \S+ port (\d+)").search, self.lines) if m]
         self.url = f"http://127.0.0.1:{self.port}"
 
     def metric(self, name: str) -> float:

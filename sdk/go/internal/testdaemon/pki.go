@@ -58,13 +58,3 @@ func WritePKI(dir string) (*x509.CertPool, error) {
 	pool.AddCert(ca)
 	return pool, nil
 }
-
-// FreePort is a loopback TCP port free a moment ago.
-func FreePort() (int, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer lis.Close()
-	return lis.Addr().(*net.TCPAddr).Port, nil
-}

@@ -25,8 +25,10 @@ type Daemon struct {
 	Socket   string
 	GRPCPort int
 	RESTPort int
-	// A router's: its main port (gRPC and HTTP) and its metrics port.
+	// A router's: its main port (gRPC and HTTP), every port it listens on (the main port
+	// first) and its metrics port.
 	Port, MetricsPort int
+	Ports             []int
 
 	cmd     *exec.Cmd
 	mu      sync.Mutex
@@ -122,7 +124,21 @@ func StartRouter(bin, dir string, extra ...string) (*Daemon, error) {
 	if err == nil {
 		d.Port, _ = strconv.Atoi(p)
 	}
-	return d.ready(err)
+	if d, err = d.ready(err); err != nil {
+		return nil, err
+	}
+	// Every listener is bound before "ready", in order: the main port first, then the TLS port
+	// when --https-bind-address asks for one (port 0: no free-port race).
+	rx := regexp.MustCompile(`router: listening on \S+ port (\d+)`)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ln := range d.lines {
+		if m := rx.FindStringSubmatch(ln); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			d.Ports = append(d.Ports, n)
+		}
+	}
+	return d, nil
 }
 
 // Metric is the value of a metric of the router's /metrics (the sum of its series).
