@@ -98,9 +98,7 @@ int sbx_tls_new(struct sbx_tls **ret, const struct sbx_tls_opts *o, struct sbx_e
     if (!(t = calloc(1, sizeof(*t))))
         return sbx_error_set(err, ENOMEM, "allocate TLS");
     t->o = *o;
-    t->pair_listener = -1;
     pthread_mutex_init(&t->lock, NULL);
-    pthread_mutex_init(&t->pair_lock, NULL);
     pthread_cond_init(&t->gone, NULL);
     stamp(o->cert_file, &t->cert);
     stamp(o->key_file, &t->key);
@@ -171,10 +169,7 @@ void sbx_tls_free(struct sbx_tls *t)
         pthread_cond_wait(&t->gone, &t->lock);
     pthread_mutex_unlock(&t->lock);
     SSL_CTX_free(t->ctx);
-    if (t->pair_listener >= 0)
-        close(t->pair_listener);
     pthread_mutex_destroy(&t->lock);
-    pthread_mutex_destroy(&t->pair_lock);
     pthread_cond_destroy(&t->gone);
     free(t);
 }

@@ -1,9 +1,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <poll.h>
 #include <pthread.h>
@@ -142,17 +139,20 @@ static int plain_to_tls(SSL *ssl, int plain, struct half *h, short *tls_ev, shor
 /* The plaintext's other end to the relay (h2) or the proxy. */
 static void hand_over(struct tls_conn *c, int fd, bool h2)
 {
-    if (h2)
+    if (h2) {
+        /* gRPC C core reads what it is given without waiting first: a blocking fd would hold one
+         * of its pollers in recvmsg until the client spoke again (the plaintext port's are
+         * non-blocking from accept4). */
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         c->t->o.h2(c->t->o.arg, fd);
-    else
+    } else {
         c->t->o.h1(c->t->o.arg, fd, (struct sockaddr *)&c->peer, c->peer_len);
+    }
 }
 
-/* Carries bytes both ways until both sides said all, or either failed. The plaintext's other
- * end is handed over once the client's first bytes are in it (gRPC C core serves a channel
- * from an fd at once only when its preface is already there, as on the plaintext port). Once the
- * plaintext side (the proxy, the relay) has closed, a client that neither sends nor closes gets
- * 5 s. */
+/* Carries bytes both ways until both sides said all, or either failed; the plaintext's other
+ * end is handed over once the client's first bytes are in it. Once the plaintext side (the
+ * proxy, the relay) has closed, a client that neither sends nor closes gets 5 s. */
 static void pump(SSL *ssl, int fd, int plain, struct tls_conn *c, int other, bool h2)
 {
     struct half *in = calloc(1, sizeof(*in)), *out = calloc(1, sizeof(*out));
@@ -181,71 +181,6 @@ static void pump(SSL *ssl, int fd, int plain, struct tls_conn *c, int other, boo
     free(out);
 }
 
-/* The private loopback listener the pairs are made through (made once). Under pair_lock. */
-static int pair_listener(struct sbx_tls *t, struct sockaddr_in *a)
-{
-    socklen_t len = sizeof(*a);
-
-    if (t->pair_listener < 0) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        *a = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        if (fd >= 0 && (bind(fd, (struct sockaddr *)a, sizeof(*a)) < 0 || listen(fd, 64) < 0)) {
-            close(fd);
-            fd = -1;
-        }
-        t->pair_listener = fd;
-    }
-    return t->pair_listener < 0 || getsockname(t->pair_listener, (struct sockaddr *)a, &len) < 0
-               ? -1
-               : 0;
-}
-
-/* Accepts the connection whose peer is ours (a stranger's is closed), waiting at most 1 s. */
-static int accept_ours(int listener, const struct sockaddr_in *ours)
-{
-    for (int tries = 0; tries < 16; tries++) {
-        struct sockaddr_in peer;
-        socklen_t plen = sizeof(peer);
-        struct pollfd pfd = {.fd = listener, .events = POLLIN};
-        int fd = accept4(listener, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
-        if (fd >= 0 && peer.sin_port == ours->sin_port &&
-            peer.sin_addr.s_addr == ours->sin_addr.s_addr)
-            return fd;
-        if (fd >= 0)
-            close(fd);
-        else if (errno != EAGAIN || poll(&pfd, 1, 1000) <= 0)
-            return -1;
-    }
-    return -1;
-}
-
-/* A connected pair of loopback TCP sockets, through the router's private listener, for an h2
- * connection: gRPC C core's fd transport (1.51) reads a Unix socket pair only when it closes.
- * Made under a lock of its own, connect then accept, so each thread takes its own connection. */
-static int tcp_pair(struct sbx_tls *t, int sp[2])
-{
-    struct sockaddr_in a, ours;
-    socklen_t len = sizeof(ours);
-    int one = 1;
-
-    pthread_mutex_lock(&t->pair_lock);
-    if (pair_listener(t, &a) < 0 || (sp[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-        pthread_mutex_unlock(&t->pair_lock);
-        return -1;
-    }
-    if (connect(sp[0], (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        getsockname(sp[0], (struct sockaddr *)&ours, &len) < 0 ||
-        (sp[1] = accept_ours(t->pair_listener, &ours)) < 0) {
-        pthread_mutex_unlock(&t->pair_lock);
-        close(sp[0]);
-        return -1;
-    }
-    pthread_mutex_unlock(&t->pair_lock);
-    setsockopt(sp[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    setsockopt(sp[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return 0;
-}
-
 static void serve(struct tls_conn *c)
 {
     struct sbx_tls *t = c->t;
@@ -268,7 +203,7 @@ static void serve(struct tls_conn *c)
     }
     SSL_get0_alpn_selected(ssl, &alpn, &alpn_len);
     bool h2 = alpn_len == 2 && memcmp(alpn, "h2", 2) == 0;
-    if (h2 ? tcp_pair(t, sp) < 0 : socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
         SSL_free(ssl);
         return;
     }

@@ -35,8 +35,6 @@ struct sbx_tls {
     struct tls_conn *conns;
     unsigned nconns;
     bool stopping;
-    pthread_mutex_t pair_lock; /* making a pair through: */
-    int pair_listener;         /* loopback, for the plaintext pairs of h2 connections */
     struct sbx_tls_stats stats;
 };
 

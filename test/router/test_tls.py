@@ -121,13 +121,16 @@ def test_forwarded_proto_is_https(trouter, echo, pki):
 
 def test_grpc_over_tls_through_alpn(trouter, sandboxd, pki, tools):
     creds = grpc.ssl_channel_credentials(root_certificates=(pki / "ca.pem").read_bytes())
-    ch = grpc.intercept_channel(
-        grpc.secure_channel(f"localhost:{trouter.tls_port}", creds),
-        Meta((("x-sandbox-id", "sb"), ("x-sandbox-pod-ip", "127.0.0.1"),
-               ("x-sandbox-port", str(sandboxd.port)))))
-    check = ch.unary_unary("/grpc.health.v1.Health/Check")
-    assert check(b"", timeout=T) == b"\x08\x01"  # SERVING
-    ch.close()
+    # Each on a connection of its own: the relay once missed a TLS client's first frames when
+    # they came after the hand-over (a blocking plaintext fd held a gRPC poller), 1 call in 10.
+    for _ in range(30):
+        ch = grpc.intercept_channel(
+            grpc.secure_channel(f"localhost:{trouter.tls_port}", creds),
+            Meta((("x-sandbox-id", "sb"), ("x-sandbox-pod-ip", "127.0.0.1"),
+                  ("x-sandbox-port", str(sandboxd.port)))))
+        check = ch.unary_unary("/grpc.health.v1.Health/Check")
+        assert check(b"", timeout=T) == b"\x08\x01"  # SERVING
+        ch.close()
     out = subprocess.run([tools["grpcurl"], "-cacert", str(pki / "ca.pem"),
                           "-H", "x-sandbox-id: sb", "-H", "x-sandbox-pod-ip: 127.0.0.1",
                           "-H", f"x-sandbox-port: {sandboxd.port}",
