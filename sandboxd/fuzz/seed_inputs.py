@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of corpus/{path,http_args,move_body,grpc_requests,http_requests,
-http_head}/ (already committed: rerun only to change them). Each is small and names one case the
+http_head,ws_frame,connect}/ (already committed: rerun only to change them). Each is small and names one case the
 target must get right; the input formats are described at the top of each fuzz_<name>.c."""
 import json
 import os
@@ -401,3 +401,57 @@ frames = [
 ]
 for name, chunk, data in frames:
     write('ws_frame', name, bytes([chunk]) + data)
+
+
+# --- connect: part byte (% 4: envelopes, headers, error JSON, end of stream), then per part
+def env(flags, payload):
+    return struct.pack('>BI', flags, len(payload)) + payload
+
+
+start = b'{"process":{"cmd":"/bin/bash","args":["-l","-c","ls"]},"stdin":false}'
+streams = [
+    ('env_start', 64, 3, env(0, start)),
+    ('env_input', 64, 5, env(0, b'{"start":{"process":{"pid":7}}}') +
+     env(0, b'{"data":{"input":{"stdin":"aGk="}}}') + env(0, b'{"keepalive":{}}')),
+    ('env_end', 8, 1, env(0, b'') + env(2, b'{}')),
+    ('env_end_error', 64, 2,
+     env(2, b'{"error":{"code":"not_found","message":"process with pid 7 not found"}}')),
+    ('env_compressed', 8, 1, env(1, b'\x1f\x8b')),
+    ('env_flags', 8, 1, env(4, b'x')),
+    ('env_too_big', 1, 1, env(0, b'12345')),
+    ('env_huge_len', 255, 1, b'\x00\xff\xff\xff\xff'),
+    ('env_short_prefix', 8, 1, b'\x00\x00\x00'),
+    ('env_short_msg', 8, 7, b'\x00\x00\x00\x00\x09abc'),
+    ('env_many_small', 4, 9, b''.join(env(0, bytes([i])) for i in range(40))),
+]
+for name, quarter_max, seed, data in streams:
+    write('connect', name, bytes([0, quarter_max, seed]) + data)
+headers = [
+    ('hdr_json', 'application/json'), ('hdr_proto', 'application/proto'),
+    ('hdr_stream_json', 'application/connect+json'),
+    ('hdr_stream_proto', 'application/connect+proto'),
+    ('hdr_charset', 'application/json; charset=utf-8'),
+    ('hdr_charset_quoted', 'Application/Connect+JSON;charset="UTF-8"'),
+    ('hdr_proto_charset', 'application/proto; charset=utf-8'),
+    ('hdr_grpc', 'application/grpc+proto'), ('hdr_other_param', 'application/json; q=1'),
+    ('hdr_timeout', '60000'), ('hdr_timeout_long', '12345678901'), ('hdr_timeout_sign', '+5'),
+    ('hdr_version', '1'), ('hdr_blanks', ' \tapplication/json\t '),
+]
+for name, value in headers:
+    write('connect', name, b'\x01' + value.encode())
+errors = [
+    ('err_not_found', 2, 5, 0, [b"path '/home/user/x' does not exist"]),
+    ('err_quotes', 2, 3, 0, [b'bad "name" \\ and \n newline \x01']),
+    ('err_bad_utf8', 2, 13, 0, [b'caf\xc3\xa9 \xff\xfe \xed\xa0\x80']),
+    ('err_no_message', 2, 14, 0, [b'']),
+    ('err_details', 2, 9, 2, [b'failed', b'google.rpc.ErrorInfo', b'foo', b'x.Y', b'fooba']),
+    ('err_bad_type', 2, 9, 1, [b'm', b'a b', b'v']),
+    ('err_too_many', 2, 9, 9, [b'm'] + [b't', b'v'] * 9),
+    ('err_code_0', 2, 0, 0, [b'ok?']), ('err_code_17', 2, 17, 0, [b'no such code']),
+    ('err_code_neg', 2, 0xff, 0, [b'negative']),
+    ('err_long', 2, 2, 0, [b'\xc3\xa9' * 2100]),
+    ('end_deadline', 3, 4, 0, [b'command timed out']),
+    ('end_details', 3, 10, 1, [b'aborted', b'a.B', b'\x08\x01']),
+]
+for name, part, code, ndetails, strings in errors:
+    write('connect', name, bytes([part, code, ndetails]) + b'\x00'.join(strings))
