@@ -3,6 +3,9 @@
  * is still not reaped after the kill. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -25,6 +28,18 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* The read end of a pipe whose write end only this test holds: when the test dies (a timeout
+ * of its runner kills it mid-round), the pipe says so and every member of a bomb still forking
+ * exits, rather than forking on for ever under init. */
+static int test_alive[2] = {-1, -1};
+
+static bool test_gone(void)
+{
+    struct pollfd p = {.fd = test_alive[0], .events = POLLIN};
+
+    return poll(&p, 1, 0) != 0;
+}
+
 /* Each member keeps two children; those past a depth exit at once, so that their parents fork
  * again without pause. At most 2^(DEPTH+1) processes, forking all the time. */
 #define DEPTH 6
@@ -32,7 +47,10 @@ static void bomb(void)
 {
     int depth = 0, kids = 0;
 
+    close(test_alive[1]);
     for (;;) {
+        if (test_gone())
+            _exit(0);
         if (kids == 2) {
             if (waitpid(-1, NULL, 0) > 0)
                 kids--;
@@ -173,6 +191,10 @@ static void test_cgroup_bomb_dies_whole(void)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (pipe2(test_alive, O_CLOEXEC) < 0) {
+        ok(0, "pipe2: %d", errno);
+        return done_testing();
+    }
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
         ok(0, "PR_SET_CHILD_SUBREAPER: %d", errno);
         return done_testing();
