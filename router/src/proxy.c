@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -118,6 +119,9 @@ void sbx_proxy_add(struct sbx_proxy *p, int fd, const struct sockaddr *peer, soc
     c->tls = tls;
     peer_name(peer, c->peer, sizeof(c->peer));
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* Every wait is poll's, under a deadline: splice and recv must never block (a TLS
+     * connection's plaintext end comes blocking from socketpair). */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     pthread_mutex_lock(&p->lock);
     if (p->stopping || p->nconns >= p->o.max_connections) {
         pthread_mutex_unlock(&p->lock);

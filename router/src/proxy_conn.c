@@ -140,7 +140,7 @@ static long read_head(struct proxy_conn *c)
         if (now >= deadline || poll(&pfd, 1, (int)(deadline - now)) == 0)
             return u->rend ? -ETIMEDOUT : 0;
         ssize_t n = recv(c->cfd, u->buf + u->rend, PROXY_BUF - u->rend, 0);
-        if (n <= 0 && !(n < 0 && errno == EINTR))
+        if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN)))
             return 0;
         if (n > 0 && u->rend == 0)
             begun = proxy_now_ms();

@@ -245,6 +245,7 @@ static void half_close(struct pipe *p, int dst)
     }
 }
 
+/* The poll timeout until the exchange's deadline: -1 for none (a tunnel), 0 once it passed. */
 static int timeout_of(struct proxy_conn *c, struct exchange *x, uint64_t last, uint64_t sent)
 {
     uint64_t now = proxy_now_ms(), deadline;
@@ -356,7 +357,9 @@ int proxy_exchange(struct proxy_conn *c, struct exchange *x)
             pfd[1].events |= POLLIN;
         if (pipe_pending(&c->up))
             pfd[1].events |= POLLOUT;
-        rc = poll(pfd, 2, timeout_of(c, x, last, sent));
+        int wait = timeout_of(c, x, last, sent);
+        /* The deadline holds even when a side keeps waking us without progress. */
+        rc = wait == 0 ? 0 : poll(pfd, 2, wait);
         if (rc == 0)
             return x->resp_state == EX_HEAD && !x->status ? -ETIMEDOUT : DONE_CLOSE;
         if (rc < 0 && errno != EINTR)

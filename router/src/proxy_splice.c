@@ -37,7 +37,10 @@ static int move(struct proxy_conn *c, int from, int to, struct sbx_h1_body *b, s
             *eof = true;
             return 1;
         } else if (errno == EAGAIN) {
-            *from_ev |= POLLIN; /* nothing to read, or the pipe is full */
+            /* Nothing to read, or the pipe is full: only an empty pipe waits for `from` (a full
+             * one waits for `to` below, else a readable `from` would wake us for nothing). */
+            if (c->kheld == 0)
+                *from_ev |= POLLIN;
         } else if (errno != EINTR) {
             return -errno;
         }

@@ -428,3 +428,28 @@ def test_sigterm_drains_requests_and_closes_idle_connections(router_factory, san
     assert hashlib.sha256(b"".join(got)).digest() == hashlib.sha256(data).digest()
     assert r.wait_exit(T) == 0
     (sandboxd.root / "drain.bin").unlink()
+
+
+def test_a_stalled_download_is_cut_at_the_proxy_timeout(router_factory, sandboxd):
+    """A client that stops reading mid-download: the body's splice waits for the client, not
+    spinning on a readable sandbox, and the silence bound (--proxy-timeout) ends it."""
+    (sandboxd.root / "stall.bin").write_bytes(b"\0" * (64 << 20))
+    r = router_factory(["--proxy-timeout", "2s"])
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(T)
+    s.connect(("127.0.0.1", r.port))
+    head = "".join(f"{k}: {v}\r\n" for k, v in keys(sandboxd.rest_port).items())
+    s.sendall(f"GET /v1/files/stall.bin HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+    assert s.recv(64).startswith(b"HTTP/1.1 200")
+    with open(f"/proc/{r.proc.pid}/stat") as f:
+        router_cpu0 = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+    assert metric(r, "sandbox_router_http_connections_open") == 1
+    wait_until(lambda: metric(r, "sandbox_router_http_connections_open") == 0, T, interval=0.2,
+               what="the stalled download cut after 2 s of silence")
+    with open(f"/proc/{r.proc.pid}/stat") as f:
+        router_cpu = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]) - router_cpu0
+    # waiting is not spinning: well under a second of CPU (in clock ticks) for 2 s of stall
+    assert router_cpu < os.sysconf("SC_CLK_TCK"), router_cpu
+    s.close()
+    (sandboxd.root / "stall.bin").unlink()

@@ -8,6 +8,7 @@ for or required; what is not TLS is refused and the router stays up."""
 import asyncio
 import http.client
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -243,3 +244,30 @@ def test_what_is_not_tls_is_refused_and_the_router_stays_up(router_factory, pki,
     assert c.getresponse().status == 200
     c.close()
     del r
+
+
+def test_a_stalled_tls_download_is_cut_at_the_proxy_timeout(router_factory, pki, sandboxd):
+    """A client over TLS that stops reading mid-download: the proxy's silence bound still holds
+    (its plaintext end is non-blocking, so the body's splice waits in poll, under the bound)."""
+    (sandboxd.root / "stall.bin").write_bytes(b"\0" * (64 << 20))
+    port = free_port()
+    r = router_factory(tls_args(pki, port, "--proxy-timeout", "2s"))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=T)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s = ctx(pki).wrap_socket(raw, server_hostname="localhost")
+    head = "".join(f"{k}: {v}\r\n" for k, v in keys(sandboxd.rest_port).items())
+    s.sendall(f"GET /v1/files/stall.bin HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+    assert s.recv(64).startswith(b"HTTP/1.1 200")
+
+    def open_conns():
+        c = http.client.HTTPConnection("127.0.0.1", r.metrics_port, timeout=T)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        return int(re.search(r"^sandbox_router_http_connections_open (\d+)$", text, re.M)[1])
+
+    assert open_conns() == 1
+    wait_until(lambda: open_conns() == 0, T, interval=0.2,
+               what="the stalled download cut after 2 s of silence")
+    s.close()
+    (sandboxd.root / "stall.bin").unlink()
