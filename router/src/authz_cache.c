@@ -181,11 +181,3 @@ void sbx_sha256(const void *data, size_t len, uint8_t out[SBX_DIGEST_LEN])
 {
     SHA256(data, len, out);
 }
-
-uint64_t sbx_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}

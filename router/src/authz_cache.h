@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h" /* sbx_now_ms, the clock of the cache's ages */
+
 #define SBX_DIGEST_LEN 32
 
 struct sbx_authz_cache;
@@ -35,6 +37,3 @@ unsigned sbx_authz_cache_size(struct sbx_authz_cache *c);
 
 /* SHA-256 of data into out. */
 void sbx_sha256(const void *data, size_t len, uint8_t out[SBX_DIGEST_LEN]);
-
-/* A monotonic clock in milliseconds. */
-uint64_t sbx_now_ms(void);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "clock.h"
 #include "listen.h"
 #include "log.h"
 #include "parse.h"
@@ -40,14 +41,6 @@ struct sbx_listener {
     uint64_t h2, h1, dropped;
     pthread_mutex_t lock; /* the counts */
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void count(struct sbx_listener *l, uint64_t *c)
 {
@@ -113,7 +106,7 @@ static void accept_all(struct sbx_listener *l)
                     oldest = i;
             drop(l, oldest);
         }
-        p.deadline_ms = now_ms() + l->o.head_timeout_ms;
+        p.deadline_ms = sbx_now_ms() + l->o.head_timeout_ms;
         ev.data.fd = p.fd;
         if (epoll_ctl(l->efd, EPOLL_CTL_ADD, p.fd, &ev) < 0) {
             close(p.fd);
@@ -125,7 +118,7 @@ static void accept_all(struct sbx_listener *l)
 
 static void expire(struct sbx_listener *l)
 {
-    uint64_t now = now_ms();
+    uint64_t now = sbx_now_ms();
 
     for (unsigned i = 0; i < l->n;)
         if (l->p[i].deadline_ms <= now)

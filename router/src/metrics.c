@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* A memory stream the sections write into. */
+/* A metric's HELP and TYPE lines. */
 static void counter(FILE *f, const char *name, const char *help, const char *type)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);

@@ -39,7 +39,7 @@ struct sbx_proxy_opts {
 
 /* Counters for /metrics. */
 struct sbx_proxy_stats {
-    uint64_t connections, connections_open, requests, inflight, upgrades, tunnels_open;
+    uint64_t connections, connections_open, inflight, upgrades, tunnels_open;
     uint64_t upstream_dials, upstream_reused, retries;
     uint64_t errors_dial, errors_timeout, errors_eof, errors_other;
     uint64_t bytes_up, bytes_down;

@@ -17,17 +17,9 @@
 
 #define KEY_MAX 256
 
-uint64_t proxy_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static bool write_all(int fd, const char *buf, size_t len, uint64_t timeout_ms)
 {
-    uint64_t deadline = proxy_now_ms() + timeout_ms;
+    uint64_t deadline = sbx_now_ms() + timeout_ms;
 
     while (len > 0) {
         ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -39,7 +31,7 @@ static bool write_all(int fd, const char *buf, size_t len, uint64_t timeout_ms)
         if (n < 0 && errno != EAGAIN && errno != EINTR)
             return false;
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        uint64_t now = proxy_now_ms();
+        uint64_t now = sbx_now_ms();
         if (now >= deadline || poll(&pfd, 1, (int)(deadline - now)) == 0)
             return false;
     }
@@ -120,7 +112,7 @@ static long read_head(struct proxy_conn *c)
 {
     struct pipe *u = &c->up;
     struct sbx_proxy *p = c->p;
-    uint64_t start = proxy_now_ms(), begun = 0;
+    uint64_t start = sbx_now_ms(), begun = 0;
 
     memmove(u->buf, u->buf + u->wend, u->rend - u->wend);
     u->rend -= u->wend;
@@ -135,7 +127,7 @@ static long read_head(struct proxy_conn *c)
         if (u->rend == 0 && __atomic_load_n(&p->stopping, __ATOMIC_SEQ_CST))
             return 0;
         uint64_t deadline = u->rend ? begun + p->o.head_timeout_ms : start + p->o.idle_timeout_ms;
-        uint64_t now = proxy_now_ms();
+        uint64_t now = sbx_now_ms();
         struct pollfd pfd = {.fd = c->cfd, .events = POLLIN};
         if (now >= deadline || poll(&pfd, 1, (int)(deadline - now)) == 0)
             return u->rend ? -ETIMEDOUT : 0;
@@ -143,7 +135,7 @@ static long read_head(struct proxy_conn *c)
         if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN)))
             return 0;
         if (n > 0 && u->rend == 0)
-            begun = proxy_now_ms();
+            begun = sbx_now_ms();
         if (n > 0)
             u->rend += (size_t)n;
         __atomic_store_n(&c->idle, false, __ATOMIC_SEQ_CST);
@@ -465,7 +457,7 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
     struct sbx_http_verdict v = {0};
     struct sbx_target t;
     struct exchange x = {0};
-    uint64_t start = proxy_now_ms();
+    uint64_t start = sbx_now_ms();
     char line[240];
     int rc;
 
@@ -475,7 +467,6 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
         proxy_answer(c, v.status, v.message, true);
         return false;
     }
-    STAT_ADD(c->p, requests, 1);
     x.client_http10 = m->minor == 0;
     x.close_after = x.client_http10 || sbx_h1_has_token(m, "Connection", "close");
     if (is_healthz(m)) {
@@ -507,7 +498,7 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
     if (c->p->o.access_log)
         log_info("access: %s \"%s\" %s/%s:%d %d %llums%s", c->peer, line, t.ns, t.id, t.port,
                  x.resp_state == EX_TUNNEL ? 101 : x.status,
-                 (unsigned long long)(proxy_now_ms() - start), x.reused ? " reused" : "");
+                 (unsigned long long)(sbx_now_ms() - start), x.reused ? " reused" : "");
     return rc == 0 && !x.close_after && !__atomic_load_n(&c->p->stopping, __ATOMIC_ACQUIRE);
 }
 
@@ -515,13 +506,13 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
  * at most a second and 1 MiB), so a last answer is not lost to a reset for unread bytes. */
 static void linger_close(struct proxy_conn *c)
 {
-    uint64_t deadline = proxy_now_ms() + 1000;
+    uint64_t deadline = sbx_now_ms() + 1000;
     size_t drained = 0;
 
     shutdown(c->cfd, SHUT_WR);
     while (drained < (1 << 20)) {
         struct pollfd pfd = {.fd = c->cfd, .events = POLLIN};
-        uint64_t now = proxy_now_ms();
+        uint64_t now = sbx_now_ms();
         ssize_t n;
         if (now >= deadline || poll(&pfd, 1, (int)(deadline - now)) <= 0)
             return;

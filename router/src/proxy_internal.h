@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "credentials.h"
+#include "clock.h"
 #include "h1.h"
 #include "preview.h"
 #include "proxy.h"
@@ -104,6 +105,3 @@ size_t proxy_authz_authorization(const struct exchange *x, const struct sbx_h1_m
 /* For a Cookie field, when the authorizer is on: true, with the value to send instead in *ret
  * (malloc'ed; empty: send no such field; NULL: out of memory). */
 bool proxy_authz_cookie(const struct exchange *x, const struct sbx_h1_field *f, char **ret);
-
-/* proxy_conn.c: the monotonic clock in ms. */
-uint64_t proxy_now_ms(void);

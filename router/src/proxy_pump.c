@@ -248,7 +248,7 @@ static void half_close(struct pipe *p, int dst)
 /* The poll timeout until the exchange's deadline: -1 for none (a tunnel), 0 once it passed. */
 static int timeout_of(struct proxy_conn *c, struct exchange *x, uint64_t last, uint64_t sent)
 {
-    uint64_t now = proxy_now_ms(), deadline;
+    uint64_t now = sbx_now_ms(), deadline;
 
     if (x->resp_state == EX_TUNNEL)
         return -1;
@@ -315,7 +315,7 @@ static int upstream_ended(struct exchange *x)
 
 int proxy_exchange(struct proxy_conn *c, struct exchange *x)
 {
-    uint64_t last = proxy_now_ms(), sent = 0;
+    uint64_t last = sbx_now_ms(), sent = 0;
     int rc;
 
     c->down.woff = c->down.wend = c->down.rend = 0;
@@ -344,11 +344,11 @@ int proxy_exchange(struct proxy_conn *c, struct exchange *x)
         if ((rc = proxy_splice(c, x, &pfd[0].events, &pfd[1].events)) < 0)
             return DONE_CLOSE;
         if (rc > 0) {
-            last = proxy_now_ms();
+            last = sbx_now_ms();
             continue;
         }
         if (!sent && x->req_done && !pipe_pending(&c->up))
-            sent = proxy_now_ms();
+            sent = sbx_now_ms();
         if (c->up.rend < PROXY_BUF && !c->up.eof && !x->splice_up)
             pfd[0].events |= POLLIN;
         if (pipe_pending(&c->down))
@@ -367,6 +367,6 @@ int proxy_exchange(struct proxy_conn *c, struct exchange *x)
         if (rc > 0 && (rc = step(c, x, pfd, &progress)) != 0)
             return rc;
         if (progress)
-            last = proxy_now_ms();
+            last = sbx_now_ms();
     }
 }

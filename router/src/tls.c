@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "tls_internal.h"
 
@@ -110,14 +111,6 @@ int sbx_tls_new(struct sbx_tls **ret, const struct sbx_tls_opts *o, struct sbx_e
     return 0;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 SSL_CTX *tls_context(struct sbx_tls *t)
 {
     struct file_stamp cert, key;
@@ -125,8 +118,8 @@ SSL_CTX *tls_context(struct sbx_tls *t)
     SSL_CTX *ctx;
 
     pthread_mutex_lock(&t->lock);
-    if (now_ms() - t->checked_ms >= 1000) {
-        t->checked_ms = now_ms();
+    if (sbx_now_ms() - t->checked_ms >= 1000) {
+        t->checked_ms = sbx_now_ms();
         stamp(t->o.cert_file, &cert);
         stamp(t->o.key_file, &key);
         if (!stamp_eq(&cert, &t->cert) || !stamp_eq(&key, &t->key)) {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "tls_internal.h"
 
@@ -23,23 +24,15 @@ struct half {
     bool eof, shut;
 };
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The handshake, non-blocking under a deadline: 0, or -1 when it failed. */
 static int handshake(SSL *ssl, int fd, uint64_t timeout_ms)
 {
-    uint64_t deadline = now_ms() + timeout_ms;
+    uint64_t deadline = sbx_now_ms() + timeout_ms;
 
     for (;;) {
         int rc = SSL_accept(ssl), e;
         struct pollfd pfd = {.fd = fd};
-        uint64_t now = now_ms();
+        uint64_t now = sbx_now_ms();
         if (rc == 1)
             return 0;
         e = SSL_get_error(ssl, rc);
@@ -150,21 +143,15 @@ static void hand_over(struct tls_conn *c, int fd, bool h2)
     }
 }
 
-/* Carries bytes both ways until both sides said all, or either failed; the plaintext's other
- * end is handed over once the client's first bytes are in it. Once the plaintext side (the
- * proxy, the relay) has closed, a client that neither sends nor closes gets 5 s. */
-static void pump(SSL *ssl, int fd, int plain, struct tls_conn *c, int other, bool h2)
+/* Carries bytes both ways until both sides said all, or either failed. Once the plaintext side
+ * (the proxy, the relay) has closed, a client that neither sends nor closes gets 5 s. */
+static void pump(SSL *ssl, int fd, int plain)
 {
     struct half *in = calloc(1, sizeof(*in)), *out = calloc(1, sizeof(*out));
-    bool handed = false;
 
     while (in && out && !(in->shut && out->shut)) {
         short tls_ev = 0, plain_ev = 0;
         int a = tls_to_plain(ssl, plain, in, &tls_ev, &plain_ev);
-        if (!handed && (in->off > 0 || in->eof)) {
-            hand_over(c, other, h2);
-            handed = true;
-        }
         int b = plain_to_tls(ssl, plain, out, &tls_ev, &plain_ev);
         if (a < 0 || b < 0)
             break;
@@ -175,8 +162,6 @@ static void pump(SSL *ssl, int fd, int plain, struct tls_conn *c, int other, boo
         if (rc == 0 || (rc < 0 && errno != EINTR))
             break;
     }
-    if (!handed)
-        close(other);
     free(in);
     free(out);
 }
@@ -207,7 +192,8 @@ static void serve(struct tls_conn *c)
         SSL_free(ssl);
         return;
     }
-    pump(ssl, c->fd, sp[0], c, sp[1], h2);
+    hand_over(c, sp[1], h2);
+    pump(ssl, c->fd, sp[0]);
     close(sp[0]);
     SSL_free(ssl);
 }
