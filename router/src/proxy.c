@@ -158,10 +158,14 @@ void sbx_proxy_stats(struct sbx_proxy *p, struct sbx_proxy_stats *s)
         dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 }
 
-/* Cuts connections: the idle ones only, or all. Called locked. */
+/* Cuts connections: the idle ones only, or all but those waiting for a wake (the resolver's drain,
+ * sbx_resolver_cancel, ends their wait with the same grace, and their answer must not be lost to
+ * the cut: it is bounded by the proxy timeout). Called locked. */
 static void cut(struct sbx_proxy *p, bool all)
 {
     for (struct proxy_conn *c = p->conns; c; c = c->next) {
+        if (__atomic_load_n(&c->waking, __ATOMIC_SEQ_CST))
+            continue;
         if (all || __atomic_load_n(&c->idle, __ATOMIC_ACQUIRE))
             shutdown(c->cfd, SHUT_RDWR);
         if (all && c->ufd >= 0)

@@ -336,10 +336,14 @@ static bool resolve(struct proxy_conn *c, struct sbx_target *t)
 
     if (!c->p->o.resolver)
         return true;
+    __atomic_store_n(&c->waking, true, __ATOMIC_SEQ_CST);
     rc = sbx_resolver_resolve(c->p->o.resolver, t, false, UINT64_MAX, &err);
-    if (rc < 0)
-        unresolved(c, rc, err.msg);
-    return rc >= 0;
+    if (rc < 0) {
+        unresolved(c, rc, err.msg); /* the connection ends with it: waking stays */
+        return false;
+    }
+    __atomic_store_n(&c->waking, false, __ATOMIC_SEQ_CST);
+    return true;
 }
 
 /* Has the upstream connection been closed (or sent something unasked) while it sat idle? */

@@ -33,6 +33,8 @@ struct proxy_conn {
     char peer[64];             /* the client's address, for X-Forwarded-For */
     char host[PROXY_HOST_MAX]; /* the upstream ufd leads to */
     bool idle;                 /* waiting for a request head: may be cut at once to drain */
+    bool waking;               /* waiting for its sandbox to wake, or answering that it did not:
+                                * the resolver's drain ends that wait, so the cut leaves it be */
     bool tls;                  /* came through the HTTPS port */
     struct pipe up, down;      /* client to upstream, upstream to client */
     int kpipe[2];              /* the kernel pipe bodies are spliced through (-1: none yet) */
