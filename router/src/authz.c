@@ -11,7 +11,7 @@
 
 #include "authz_cache.h"
 #include "authz_kube.h"
-#include "credentials.h"
+#include "browser_token.h"
 #include "scoped_token.h"
 
 #define DEFAULT_TTL_MS 30000
