@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of corpus/{path,http_args,move_body,grpc_requests,http_requests,
-http_head,ws_frame,connect}/ (already committed: rerun only to change them). Each is small and names one case the
+http_head,ws_frame,connect,pbjson}/ (already committed: rerun only to change them). Each is small and names one case the
 target must get right; the input formats are described at the top of each fuzz_<name>.c."""
 import json
 import os
@@ -455,3 +455,54 @@ errors = [
 ]
 for name, part, code, ndetails, strings in errors:
     write('connect', name, bytes([part, code, ndetails]) + b'\x00'.join(strings))
+
+# --- pbjson: a byte choosing the message type (the table in fuzz_pbjson.c), then the JSON text
+PB = {'pty': 0, 'config': 2, 'start_req': 7, 'update_req': 8, 'event': 10, 'end_event': 13,
+      'start_resp': 15, 'send_input': 17, 'input': 19, 'stream_input': 20, 'signal': 25,
+      'selector': 30, 'move_req': 31, 'stat_resp': 38, 'entry': 39, 'list_req': 41,
+      'list_resp': 42, 'fs_event': 44, 'watch_resp': 45, 'watcher_events': 51, 'timestamp': 54}
+ENTRY = ('{"name":"a.txt","type":"FILE_TYPE_FILE","path":"/home/user/a.txt","size":"12",'
+         '"mode":420,"permissions":"-rw-r--r--","owner":"user","group":"user",'
+         '"modifiedTime":"2026-12-02T10:00:00.120Z","metadata":{"k":"v"}}')
+pbjson = [
+    ('start', 'start_req', '{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"],'
+     '"envs":{"A":"1","B":""},"cwd":"/home/user"},"stdin":false,"tag":"t"}'),
+    ('start_pty', 'start_req', '{"process":{"cmd":"/bin/bash"},"pty":{"size":{"cols":80,'
+     '"rows":"24"}}}'),
+    ('start_snake', 'start_req', '{"process":{"cmd":"x","args":null},"tag":null,"stdin":true}'),
+    ('update_pty', 'update_req', '{"process":{"pid":7},"pty":{"size":{"cols":1.0,"rows":"1e2"}}}'),
+    ('data', 'start_resp', '{"event":{"data":{"stdout":"aGkK"}}}'),
+    ('data_url', 'start_resp', '{"event":{"data":{"pty":"-_8"}}}'),
+    ('end', 'start_resp', '{"event":{"end":{"exitCode":-1,"exited":true,"status":"signal: killed",'
+     '"error":""}}}'),
+    ('keepalive', 'event', '{"keepalive":{}}'),
+    ('two_events', 'event', '{"start":{"pid":1},"end":{}}'),
+    ('null_member', 'event', '{"start":null,"data":{"stderr":"QQ=="}}'),
+    ('end_snake', 'end_event', '{"exit_code":2,"exitCode":3}'),
+    ('signal', 'signal', '{"process":{"pid":12},"signal":"SIGNAL_SIGKILL"}'),
+    ('signal_number', 'signal', '{"process":{"tag":"x"},"signal":15}'),
+    ('signal_unknown', 'signal', '{"signal":"SIGNAL_SIGHUP","other":[1,{"a":null}]}'),
+    ('send_input', 'send_input', '{"process":{"tag":"x"},"input":{"stdin":"aGkK"}}'),
+    ('input_bad', 'input', '{"stdin":"+-=="}'),
+    ('stream_start', 'stream_input', '{"start":{"process":{"pid":"4294967295"}}}'),
+    ('selector_range', 'selector', '{"pid":4294967296}'),
+    ('config_escapes', 'config', '{"cmd":"a\\"b\\\\c\\n\\u0001\\u00e9\\ud83d\\ude00","args":["",'
+     '"\\/"],"envs":{"\\u00e9":"x"}}'),
+    ('pty_fraction', 'pty', '{"size":{"cols":1.5}}'),
+    ('move', 'move_req', '{"source":"/a","destination":"/b"}'),
+    ('stat', 'stat_resp', '{"entry":' + ENTRY + '}'),
+    ('entry_link', 'entry', '{"type":3,"symlinkTarget":"/x","size":-5,'
+     '"modified_time":"0001-01-01T00:00:00Z"}'),
+    ('entry_ts_offset', 'entry', '{"modifiedTime":"9999-12-31T23:59:59.999999999-01:00"}'),
+    ('list', 'list_req', '{"path":"/home/user","depth":1}'),
+    ('list_resp', 'list_resp', '{"entries":[' + ENTRY + ',{"name":"b"}]}'),
+    ('fs_event', 'fs_event', '{"name":"a","type":"EVENT_TYPE_WRITE","entry":{}}'),
+    ('watch_start', 'watch_resp', '{"start":{}}'),
+    ('watcher_events', 'watcher_events', '{"events":[{"name":"a","type":"EVENT_TYPE_CREATE"},'
+     '{"type":5}]}'),
+    ('timestamp', 'timestamp', '"2026-02-28T23:59:60Z"'),
+    ('timestamp_ok', 'timestamp', '"2024-02-29T12:00:00.5+05:30"'),
+    ('not_object', 'move_req', '[1,2]'),
+]
+for name, t, text in pbjson:
+    write('pbjson', name, bytes([PB[t]]) + text.encode())
