@@ -17,6 +17,7 @@
 
 #include "auth.h"
 #include "cleanup.h"
+#include "e2b_server.h"
 #include "flags.h"
 #include "fswatch.h"
 #include "cgroup.h"
@@ -48,6 +49,7 @@ extern const uint8_t sbx_descriptor_set_end[];
 static const char *arg_listen_host; /* NULL: every address, IPv4 and IPv6 */
 static long long arg_grpc_port = 9090;
 static long long arg_rest_port = 8080;
+static long long arg_e2b_port; /* 0: off */
 static const char *arg_grpc_socket;
 static const char *arg_root_dir = "/workspace";
 static const char *arg_metadata_env_prefix = "SANDBOX_";
@@ -92,6 +94,7 @@ static struct {
     struct sbx_proctab *procs;
     struct sbx_grpc *grpc;
     struct sbx_http *http;
+    struct sbx_e2b_server *e2b;
     struct sbx_health *health;
     struct sbx_process_service process;
     struct sbx_jobs *jobs;
@@ -162,6 +165,8 @@ static const struct sbx_flag options[] = {
     {"grpc-port", opt_port, &arg_grpc_port, "gRPC port, 0 for any free one (9090)"},
     {"grpc-socket", sbx_flag_string, &arg_grpc_socket, "also serve gRPC on this unix socket"},
     {"rest-port", opt_port, &arg_rest_port, "REST port (8080)"},
+    {"e2b-port", opt_port, &arg_e2b_port,
+     "E2B port: envd's API for E2B's SDKs, on the sandbox's absolute paths (0: off)"},
     {"root-dir", sbx_flag_string, &arg_root_dir,
      "directory processes and files are confined to (/workspace)"},
     {"metadata-env-prefix", sbx_flag_string, &arg_metadata_env_prefix,
@@ -445,6 +450,35 @@ static int start_http(const struct sbx_root *root, struct sbx_error *err)
     return 0;
 }
 
+/* The E2B port, when asked for: its processes are jobs, its token sandboxd's. */
+static int start_e2b(struct sbx_error *err)
+{
+    struct sbx_e2b_opts o = {
+        .host = arg_listen_host,
+        .port = (int)arg_e2b_port,
+        .idle_timeout_s = (unsigned)((arg_http_idle_timeout_ms + 999) / 1000),
+        .head_timeout_ms = arg_http_head_timeout_ms ? (unsigned)arg_http_head_timeout_ms : 1,
+        .threads = (unsigned)arg_http_threads,
+        .max_connections = (unsigned)arg_http_max_connections,
+        .max_per_peer = (unsigned)arg_http_max_per_peer,
+        .max_message_bytes = (size_t)arg_max_message_bytes,
+        .auth = d.auth,
+        .loop = d.loop,
+        .jobs = d.jobs,
+        .draining = &d.process.draining,
+    };
+    int port;
+
+    if (!arg_e2b_port)
+        return 0;
+    port = sbx_e2b_start(&d.e2b, &o, err);
+    if (port < 0)
+        return port;
+    log_info("e2b listening on %s port %d", arg_listen_host ? arg_listen_host : "every address",
+             port);
+    return 0;
+}
+
 /* A host name must resolve before gRPC is asked to listen on it (gRPC only says it could not):
  * in an image without /etc nothing resolves, and an address is needed. */
 static int check_listen_host(struct sbx_error *err)
@@ -616,7 +650,8 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
         (r = sbx_grpc_files_register(d.grpc, &d.files_service, err)) < 0 ||
         (r = sbx_grpc_health_register(d.grpc, d.health, err)) < 0 ||
         (r = sbx_grpc_reflection_register(d.grpc, *refl, err)) < 0 || (r = listen_all(err)) < 0 ||
-        (r = sbx_grpc_start(d.grpc, err)) < 0 || (r = start_http(root, err)) < 0)
+        (r = sbx_grpc_start(d.grpc, err)) < 0 || (r = start_http(root, err)) < 0 ||
+        (r = start_e2b(err)) < 0)
         return r;
     return add_hooks(err);
 }
@@ -624,6 +659,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
 /* The drain and the loop are over, or setup failed: everything goes, gRPC last. */
 static void teardown(struct sbx_root *root, struct sbx_reflection *refl)
 {
+    sbx_e2b_stop(d.e2b);
     sbx_http_stop(d.http);
     if (d.grpc) {
         /* No completion-queue thread is left after this; what they posted last runs below,

@@ -46,6 +46,10 @@ struct hreq {
     /* an upgrade's state until the socket is handed over; upgrade_drop frees it if never */
     void *upgrade_data;
     void (*upgrade_drop)(void *data);
+    /* a route's own state for the request (another port's call), dropped when the request
+     * ends, answered or cut off; NULL when none */
+    void *state;
+    void (*state_drop)(void *state);
     /* small bodies (JSON) */
     char *body;
     size_t body_len;

@@ -41,14 +41,18 @@ bool sbx_http_route_allows(const struct route *rt, const char *method)
     return false;
 }
 
-const struct route *sbx_http_route_find(const char *url, const char **rest)
+const struct route *sbx_http_route_find(const struct sbx_http *h, const char *url,
+                                        const char **rest)
 {
-    for (size_t i = 0; i < SBX_ARRAY_SIZE(routes); i++) {
-        const char *prefix = routes[i].prefix;
+    const struct route *table = h && h->o.routes ? h->o.routes : routes;
+    size_t n_table = h && h->o.routes ? h->o.n_routes : SBX_ARRAY_SIZE(routes);
+
+    for (size_t i = 0; i < n_table; i++) {
+        const char *prefix = table[i].prefix;
         size_t n = strlen(prefix);
         if (prefix[n - 1] == '/' ? strncmp(url, prefix, n) == 0 : strcmp(url, prefix) == 0) {
             *rest = url + (prefix[n - 1] == '/' ? n : strlen(url));
-            return &routes[i];
+            return &table[i];
         }
     }
     return NULL;

@@ -108,7 +108,7 @@ static enum MHD_Result refuse_before_continue(struct hctx *c, const char *url)
 
     if (!c->h->o.auth || !expect || strcasecmp(expect, "100-continue") != 0)
         return MHD_YES;
-    rt = sbx_http_route_find(url, &rest);
+    rt = sbx_http_route_find(c->h, url, &rest);
     c->body_done = true; /* nothing of it will be read */
     return authenticate(c, rt, &ret) ? MHD_YES : ret;
 }
@@ -206,7 +206,7 @@ static enum MHD_Result route(struct hctx *c, const char *url, const char *method
     /* The absolute form of the target ("http://host/path") names the path as well (RFC 9112
      * §3.2.2); the authority is ours whatever it says. */
     url = sbx_http_target_path(url);
-    rt = sbx_http_route_find(*url ? url : "/", &c->path);
+    rt = sbx_http_route_find(c->h, *url ? url : "/", &c->path);
     if (!authenticate(c, rt, &ret))
         return ret;
     if (hc && hc->nul_in_url)
@@ -287,6 +287,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!r)
         return;
     sbx_http_upload_release(r); /* a cut-off upload leaves nothing behind */
+    if (r->state_drop)
+        r->state_drop(r->state);
     if (r->upgrade_drop)
         r->upgrade_drop(r->upgrade_data); /* the upgrade never came */
     if (r->pending)
@@ -350,7 +352,9 @@ static bool is_probe(const char *path, size_t len)
         return false;
     memcpy(buf, path, len);
     buf[len] = '\0';
-    rt = sbx_http_route_find(buf, &rest);
+    /* The REST API's table: the gate's check has no server to ask (another port's health
+     * route gets no reserve). */
+    rt = sbx_http_route_find(NULL, buf, &rest);
     return rt && rt->access == ROUTE_OPEN;
 }
 
@@ -409,7 +413,7 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
         free(h);
         return port;
     }
-    h->metadata = build_metadata(o->metadata_prefix);
+    h->metadata = o->metadata_prefix ? build_metadata(o->metadata_prefix) : NULL;
     /* The gate keeps the count (sbx_gate_ceiling); libmicrohttpd's limit is set where no
      * worker of its pool can reach it even if every connection went to that one: 0.9.75 keeps
      * a worker's lock when a connection handed over finds the worker full (new_connection_

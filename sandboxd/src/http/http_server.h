@@ -16,6 +16,7 @@ struct sbx_fswatches;
 struct sbx_http;
 struct sbx_jobs;
 struct sbx_loop;
+struct route;
 
 struct sbx_http_opts {
     const char *host;         /* NULL: every address of both families (IPv4 alone without IPv6) */
@@ -49,6 +50,11 @@ struct sbx_http_opts {
      * sbx_http_add_connection and drives the server with sbx_http_run (the fuzz target does;
      * host and port are ignored). */
     bool external;
+    /* The routes served (struct route, http_internal.h), first match wins; NULL: the REST
+     * API's. Another port (the E2B one, sandboxd/src/e2b) serves its own table on the same
+     * gate, head checks and thread pool. Borrowed. */
+    const struct route *routes;
+    size_t n_routes;
 };
 
 /* Binds and starts serving; returns the bound port or -errno. */

@@ -1,0 +1,284 @@
+"""The Connect transport and the plain routes of the E2B port, by raw HTTP: what the SDK never
+sends (bad input, other codecs, headers) is answered with Connect's errors, and the daemon stays
+up."""
+
+import base64
+import json
+import socket
+import struct
+import time
+
+import pytest
+
+from conftest import envelope, read_envelopes, sdk_sandbox
+
+
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def field(num, payload):
+    """A length-delimited protobuf field."""
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def start_request(cmd, *args):
+    """process.StartRequest{process: {cmd, args}} in binary protobuf."""
+    cfg = field(1, cmd.encode()) + b"".join(field(2, a.encode()) for a in args)
+    return field(1, cfg)
+
+
+def stream_call(d, method, payload, codec="json", headers=None, timeout=30):
+    h = {"Content-Type": f"application/connect+{codec}", **(headers or {})}
+    status, hdrs, body = d.request("POST", f"/process.Process/{method}", envelope(payload), h,
+                                   timeout=timeout)
+    return status, hdrs, read_envelopes(body)
+
+
+def end_of(msgs):
+    flags, payload = msgs[-1]
+    assert flags == 2, "the stream does not end with its end-of-stream message"
+    return json.loads(payload)
+
+
+def events(msgs):
+    return [json.loads(p)["event"] for f, p in msgs[:-1]]
+
+
+def test_health_and_envs(daemon):
+    status, _, body = daemon.request("GET", "/health")
+    assert (status, body) == (204, b"")
+    status, hdrs, body = daemon.request("GET", "/envs")
+    assert status == 200 and hdrs["content-type"] == "application/json"
+    assert isinstance(json.loads(body), dict)
+
+
+def test_unary_json(daemon):
+    status, body = daemon.unary("List", {})
+    assert status == 200 and isinstance(body, dict)
+
+
+def test_unary_proto(daemon):
+    status, hdrs, body = daemon.request("POST", "/process.Process/List", b"",
+                                        {"Content-Type": "application/proto"})
+    assert status == 200 and hdrs["content-type"] == "application/proto"
+
+
+def test_bad_json_is_invalid_argument(daemon):
+    status, _, body = daemon.request("POST", "/process.Process/List", b"{not json",
+                                     {"Content-Type": "application/json"})
+    assert status == 400
+    assert json.loads(body)["code"] == "invalid_argument"
+
+
+def test_bad_proto_is_invalid_argument(daemon):
+    status, _, body = daemon.request("POST", "/process.Process/SendSignal", b"\xff\xff\xff",
+                                     {"Content-Type": "application/proto"})
+    assert status == 400 and json.loads(body)["code"] == "invalid_argument"
+
+
+def test_wrong_content_type_is_415(daemon):
+    status, hdrs, _ = daemon.request("POST", "/process.Process/List", b"{}",
+                                     {"Content-Type": "text/plain"})
+    assert status == 415
+    assert "application/connect+json" in hdrs["accept-post"]
+
+
+def test_unknown_method_is_unimplemented(daemon):
+    status, _, body = daemon.request("POST", "/process.Process/Nope", b"{}",
+                                     {"Content-Type": "application/json"})
+    assert status == 501 and json.loads(body)["code"] == "unimplemented"
+    # A stream's errors come in its end-of-stream message.
+    status, _, msgs = stream_call(daemon, "Nope", b"{}")
+    assert status == 200 and end_of(msgs)["error"]["code"] == "unimplemented"
+
+
+def test_unary_method_called_as_stream_is_unimplemented(daemon):
+    status, _, msgs = stream_call(daemon, "List", b"{}")
+    assert status == 200 and end_of(msgs)["error"]["code"] == "unimplemented"
+
+
+def test_oversized_message_is_resource_exhausted(daemon):
+    big = json.dumps({"process": {"pid": 1}, "input": {"stdin": "A" * (5 << 20)}}).encode()
+    status, _, body = daemon.request("POST", "/process.Process/SendInput", big,
+                                     {"Content-Type": "application/json"}, timeout=30)
+    assert status == 429 and json.loads(body)["code"] == "resource_exhausted"
+
+
+def test_oversized_envelope_is_resource_exhausted(daemon):
+    status, _, msgs = stream_call(daemon, "Start", b"x" * (5 << 20))
+    assert status == 200 and end_of(msgs)["error"]["code"] == "resource_exhausted"
+
+
+def test_truncated_envelope_is_invalid_argument(daemon):
+    h = {"Content-Type": "application/connect+json"}
+    status, _, body = daemon.request("POST", "/process.Process/Start",
+                                     struct.pack(">BI", 0, 100) + b"{}", h)
+    assert status == 200 and end_of(read_envelopes(body))["error"]["code"] == "invalid_argument"
+
+
+def test_compressed_envelope_is_refused(daemon):
+    h = {"Content-Type": "application/connect+json"}
+    status, _, body = daemon.request("POST", "/process.Process/Start", envelope(b"{}", 1), h)
+    assert status == 200 and "compressed" in end_of(read_envelopes(body))["error"]["message"]
+
+
+@pytest.mark.parametrize("name,value", [("Connect-Protocol-Version", "2"),
+                                        ("Connect-Timeout-Ms", "12345678901"),
+                                        ("Connect-Timeout-Ms", "-1")])
+def test_bad_protocol_headers_are_invalid_argument(daemon, name, value):
+    status, body = daemon.unary("List", {}, {name: value})
+    assert status == 400 and body["code"] == "invalid_argument"
+
+
+def test_start_stream_json(daemon):
+    msg = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "echo hi; exit 2"]}})
+    status, hdrs, msgs = stream_call(daemon, "Start", msg.encode())
+    assert status == 200 and hdrs["content-type"] == "application/connect+json"
+    ev = events(msgs)
+    assert "pid" in ev[0]["start"]
+    assert {"data": {"stdout": "aGkK"}} in ev  # base64 of "hi\n"
+    assert ev[-1]["end"]["exitCode"] == 2 and ev[-1]["end"]["status"] == "exit status 2"
+    assert end_of(msgs) == {}
+
+
+def test_start_stream_proto(daemon):
+    status, hdrs, msgs = stream_call(daemon, "Start", start_request("/bin/echo", "proto-hi"),
+                                     codec="proto")
+    assert status == 200 and hdrs["content-type"] == "application/connect+proto"
+    assert any(b"proto-hi\n" in p for f, p in msgs[:-1])
+    assert end_of(msgs) == {}
+
+
+def test_start_of_a_missing_program_is_invalid_argument(daemon):
+    msg = json.dumps({"process": {"cmd": "/no/such/program"}})
+    status, _, msgs = stream_call(daemon, "Start", msg.encode())
+    assert end_of(msgs)["error"]["code"] == "invalid_argument"
+
+
+def test_keepalive_on_a_quiet_stream(daemon):
+    msg = json.dumps({"process": {"cmd": "/bin/sleep", "args": ["2.5"]}})
+    status, _, msgs = stream_call(daemon, "Start", msg.encode(),
+                                  headers={"Keepalive-Ping-Interval": "1"})
+    ev = events(msgs)
+    assert sum(1 for e in ev if "keepalive" in e) >= 1
+    assert "end" in ev[-1]
+
+
+def test_bad_keepalive_header_is_invalid_argument(daemon):
+    status, _, msgs = stream_call(daemon, "Start", b"{}",
+                                  headers={"Keepalive-Ping-Interval": "soon"})
+    assert end_of(msgs)["error"]["code"] == "invalid_argument"
+
+
+def test_start_timeout_kills_the_process(daemon):
+    msg = json.dumps({"process": {"cmd": "/bin/sleep", "args": ["30"]}})
+    status, _, msgs = stream_call(daemon, "Start", msg.encode(),
+                                  headers={"Connect-Timeout-Ms": "500"})
+    # Start's timeout is the process's, as envd treats it: killed (SIGTERM, SIGKILL after the
+    # grace period: envd sends SIGKILL at once), and the stream ends well.
+    end = events(msgs)[-1]["end"]
+    assert end["status"] in ("signal: terminated", "signal: killed") and end["exitCode"] == -1
+    assert "timeout" in end["error"]
+    assert end_of(msgs) == {}
+
+
+def test_connect_deadline_and_a_start_client_that_leaves(daemon):
+    msg = json.dumps({"process": {"cmd": "/bin/sleep", "args": ["30"]}, "tag": "kept"})
+    body = envelope(msg.encode())
+    c = socket.create_connection(("127.0.0.1", daemon.port))
+    c.sendall(b"POST /process.Process/Start HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/connect+json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    c.settimeout(10)
+    assert c.recv(65536).startswith(b"HTTP/1.1 200")
+    # Connect's timeout is the stream's.
+    status, _, msgs = stream_call(daemon, "Connect",
+                                  json.dumps({"process": {"tag": "kept"}}).encode(),
+                                  headers={"Connect-Timeout-Ms": "300"})
+    assert "start" in events(msgs)[0]
+    assert end_of(msgs)["error"]["code"] == "deadline_exceeded"
+    # The client of Start went away: the process stays, as envd's does.
+    c.close()
+    time.sleep(0.2)
+    status, body = daemon.unary("List", {})
+    assert [p["tag"] for p in body.get("processes", [])].count("kept") == 1
+    status, body = daemon.unary("SendSignal", {"process": {"tag": "kept"},
+                                               "signal": "SIGNAL_SIGKILL"})
+    assert status == 200
+
+
+def test_errors_of_unary_calls(daemon):
+    status, body = daemon.unary("SendSignal", {"process": {"pid": 2**31 - 7},
+                                               "signal": "SIGNAL_SIGKILL"})
+    assert status == 404 and body["code"] == "not_found"
+    status, body = daemon.unary("SendInput", {"input": {"stdin": "eA=="}})
+    assert status == 400 and body["code"] == "invalid_argument"
+
+
+def test_unknown_route(daemon):
+    status, _, body = daemon.request("GET", "/nope")
+    assert status == 404 and json.loads(body)["code"] == 404
+    status, _, body = daemon.request("GET", "/process.Process/List")
+    assert status == 415
+
+
+def test_daemon_stays_up(daemon):
+    assert daemon.alive()
+    assert daemon.request("GET", "/health")[0] == 204
+
+
+# --------------------------------------------------------------------------------------------
+# Access token, /init
+
+
+def test_token_is_required_when_set(make_daemon):
+    d = make_daemon(token="s3cret-token")
+    assert d.request("GET", "/health")[0] == 204
+    status, body = d.unary("List", {})
+    assert status == 401 and body["code"] == 401
+    status, body = d.unary("List", {}, {"X-Access-Token": "wrong"})
+    assert status == 401
+    status, body = d.unary("List", {}, {"X-Access-Token": "s3cret-token"})
+    assert status == 200
+    assert d.request("GET", "/envs")[0] == 401
+    assert d.request("GET", "/envs", headers={"X-Access-Token": "s3cret-token"})[0] == 200
+
+
+def test_the_sdk_without_the_token_gets_its_authentication_error(make_daemon, monkeypatch):
+    from e2b.exceptions import AuthenticationException
+    d = make_daemon(token="s3cret-token")
+    sbx = sdk_sandbox(d, monkeypatch)
+    with pytest.raises(AuthenticationException):
+        sbx.commands.run("true")
+
+
+def test_init_envs_workdir_and_token(make_daemon):
+    d = make_daemon()
+    body = json.dumps({"envVars": {"FROM_INIT": "yes", "SHADOWED": "init"},
+                       "accessToken": "t0ken", "defaultWorkdir": "/tmp"}).encode()
+    assert d.request("POST", "/init", body, {"Content-Type": "application/json"})[0] == 204
+    # From now on the token is needed, /init included.
+    assert d.request("GET", "/envs")[0] == 401
+    status, _, envs = d.request("GET", "/envs", headers={"X-Access-Token": "t0ken"})
+    assert json.loads(envs) == {"FROM_INIT": "yes", "SHADOWED": "init"}
+    assert d.request("POST", "/init", b"{}", {"Content-Type": "application/json"})[0] == 401
+    msg = json.dumps({"process": {"cmd": "/bin/sh", "args": [
+        "-c", "echo $FROM_INIT $SHADOWED; pwd"], "envs": {"SHADOWED": "request"}}})
+    status, _, msgs = stream_call(d, "Start", msg.encode(), headers={"X-Access-Token": "t0ken"})
+    out = b"".join(base64.b64decode(e["data"]["stdout"]) for e in events(msgs) if "data" in e)
+    assert out == b"yes request\n/tmp\n"
+
+
+@pytest.mark.parametrize("body", [b"{bad", b"[]", b'{"envVars": {"A": 1}}',
+                                  b'{"envVars": {"A=B": "x"}}', b'{"accessToken": 5}'])
+def test_bad_init_is_400(daemon, body):
+    status, _, resp = daemon.request("POST", "/init", body, {"Content-Type": "application/json"})
+    assert status == 400 and json.loads(resp)["code"] == 400
+    assert daemon.alive()
