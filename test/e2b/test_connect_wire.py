@@ -282,3 +282,46 @@ def test_bad_init_is_400(daemon, body):
     status, _, resp = daemon.request("POST", "/init", body, {"Content-Type": "application/json"})
     assert status == 400 and json.loads(resp)["code"] == 400
     assert daemon.alive()
+
+
+def open_stream(d, msg, headers=b""):
+    """A Start stream on a socket of our own: (socket, bytes read so far)."""
+    body = envelope(json.dumps(msg).encode())
+    c = socket.create_connection(("127.0.0.1", d.port))
+    c.sendall(b"POST /process.Process/Start HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/connect+json\r\n" + headers +
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    c.settimeout(20)
+    return c, c.recv(65536)
+
+
+def test_clients_that_leave_or_never_read(make_daemon):
+    d = make_daemon()
+    # Leaves at once; its process is silent: the stream is let go without waiting for output.
+    c, first = open_stream(d, {"process": {"cmd": "/bin/sleep", "args": ["30"]}})
+    assert first.startswith(b"HTTP/1.1 200")
+    c.close()
+    # Never reads a flood: its output stays in the job's bounded ring, the daemon answers others.
+    c2, _ = open_stream(d, {"process": {"cmd": "/bin/sh", "args": ["-c", "yes | head -c 50000000"]}})
+    for _ in range(3):
+        status, body = d.unary("List", {})
+        assert status == 200
+    c2.close()
+    assert d.request("GET", "/health")[0] == 204
+
+
+def test_sigterm_with_open_streams(make_daemon):
+    d = make_daemon()
+    c, first = open_stream(d, {"process": {"cmd": "/bin/sleep", "args": ["30"]}},
+                           b"Keepalive-Ping-Interval: 1\r\n")
+    assert first.startswith(b"HTTP/1.1 200")
+    d.stop()  # exits 0 within its shutdown timeout
+    rest = b""
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        rest += b
+    c.close()
+    # The process was stopped with the daemon, and the stream said so before it closed.
+    assert b'"end"' in first + rest

@@ -163,12 +163,24 @@ static void drained(void *arg)
     ps_unref(ps); /* the drain callback's */
 }
 
-/* Under ps->lock: the stream is over; what waits for it is let go. */
+/* The client went away: the stream ends now, not at the job's next output. */
+static void client_gone(void *arg)
+{
+    struct pstream *ps = arg;
+
+    pump(ps);
+    ps_unref(ps); /* the gone callback's */
+}
+
+/* Under ps->lock: the stream is over; what waits for it is let go (a callback that will not
+ * run drops its reference here; one that runs finds the stream done). */
 static void ps_done(struct pstream *ps)
 {
     ps->done = true;
     if (sbx_job_unwatch(ps->job, &ps->w))
-        __atomic_sub_fetch(&ps->refs, 1, __ATOMIC_RELAXED); /* the waiter's: it will not run */
+        __atomic_sub_fetch(&ps->refs, 1, __ATOMIC_RELAXED); /* the waiter's */
+    if (sbx_e2b_call_off_gone(ps->call))
+        __atomic_sub_fetch(&ps->refs, 1, __ATOMIC_RELAXED); /* the gone callback's */
 }
 
 /* Under ps->lock: 1 when one chunk was sent, 0 when nothing was there, <0 on a send error. */
@@ -259,8 +271,10 @@ static void stream_job(struct sbx_e2b_call *c, const ProtobufCMessageDescriptor 
     st.pid = (uint32_t)ji.pid;
     ev.event_case = PROCESS__PROCESS_EVENT__EVENT_START;
     ev.start = &st;
-    if (send_event(ps, &ev) == 0)
-        pump(ps);
+    __atomic_add_fetch(&ps->refs, 1, __ATOMIC_RELAXED); /* the gone callback's */
+    (void)sbx_e2b_call_on_gone(c, client_gone, ps);
+    (void)send_event(ps, &ev);
+    pump(ps); /* finds the stream over when the start could not be sent */
     ps_unref(ps); /* ours: the waiter or the drain holds it from here */
 }
 

@@ -136,19 +136,31 @@ bool sbx_e2b_call_gone(struct sbx_e2b_call *c)
     return gone;
 }
 
-void sbx_e2b_call_on_gone(struct sbx_e2b_call *c, void (*fn)(void *), void *arg)
+bool sbx_e2b_call_on_gone(struct sbx_e2b_call *c, void (*fn)(void *), void *arg)
 {
     bool now;
 
     pthread_mutex_lock(&c->lock);
-    now = c->gone && !c->ended;
-    if (!now && !c->ended) {
+    now = c->gone;
+    if (!now) {
         c->gone_fn = fn;
         c->gone_arg = arg;
     }
     pthread_mutex_unlock(&c->lock);
     if (now)
         fn(arg);
+    return true;
+}
+
+bool sbx_e2b_call_off_gone(struct sbx_e2b_call *c)
+{
+    bool armed;
+
+    pthread_mutex_lock(&c->lock);
+    armed = c->gone_fn != NULL;
+    c->gone_fn = NULL;
+    pthread_mutex_unlock(&c->lock);
+    return armed;
 }
 
 bool sbx_e2b_call_writable(struct sbx_e2b_call *c, void (*fn)(void *), void *arg)
@@ -442,10 +454,8 @@ static void request_over(void *state)
     c->suspended = false;
     if (!c->gone) {
         c->gone = true;
-        if (!c->ended) {
-            gone = c->gone_fn;
-            gone_arg = c->gone_arg;
-        }
+        gone = c->gone_fn;
+        gone_arg = c->gone_arg;
         drain = c->drain_fn;
         drain_arg = c->drain_arg;
         c->gone_fn = c->drain_fn = NULL;

@@ -69,9 +69,14 @@ struct sbx_e2b_call *sbx_e2b_call_ref(struct sbx_e2b_call *c);
 void sbx_e2b_call_unref(struct sbx_e2b_call *c);
 /* The client went away (or the call ended). */
 bool sbx_e2b_call_gone(struct sbx_e2b_call *c);
-/* fn(arg) runs once if the client goes away before the call ended (at once if it has); never
- * after the call ended. One callback per call; on a server thread, without the call's lock. */
-void sbx_e2b_call_on_gone(struct sbx_e2b_call *c, void (*fn)(void *), void *arg);
+/* fn(arg) runs once when the request is over: the client went away, or the answer has been
+ * sent (at once if it is over already), unless sbx_e2b_call_off_gone disarmed it first: so a
+ * reference given to fn is dropped by exactly one of the two. One callback per call; on a
+ * server thread, without the call's lock. Returns true. */
+bool sbx_e2b_call_on_gone(struct sbx_e2b_call *c, void (*fn)(void *), void *arg);
+/* Disarms the callback of on_gone: true when it was armed (it will not run), false when it ran,
+ * runs now, or was never armed. */
+bool sbx_e2b_call_off_gone(struct sbx_e2b_call *c);
 /* Flow control of a stream: false while its unsent messages exceed the soft bound; then
  * fn(arg) runs once (on a server thread, without the call's lock) when they have been handed
  * to the socket, or the call is gone. Returns true (fn not armed) when there is room. */
