@@ -325,3 +325,17 @@ def test_sigterm_with_open_streams(make_daemon):
     c.close()
     # The process was stopped with the daemon, and the stream said so before it closed.
     assert b'"end"' in first + rest
+
+
+def test_stream_input_wire(daemon):
+    h = {"Content-Type": "application/connect+json"}
+    # No start event, a data event first, a truncated envelope: Connect errors in the stream.
+    for body in (b"", envelope(b'{"data": {"input": {"stdin": "eA=="}}}'),
+                 envelope(b'{"keepalive": {}}') + struct.pack(">BI", 0, 9) + b"{"):
+        status, _, resp = daemon.request("POST", "/process.Process/StreamInput", body, h)
+        assert status == 200
+        assert end_of(read_envelopes(resp))["error"]["code"] == "invalid_argument"
+    status, _, resp = daemon.request("POST", "/process.Process/StreamInput",
+                                     b"{}", {"Content-Type": "application/json"})
+    assert status == 501 and json.loads(resp)["code"] == "unimplemented"
+    assert daemon.alive()

@@ -150,3 +150,15 @@ def test_many_runs_leave_nothing(sandbox):
 def test_large_output_is_whole(sandbox):
     r = sandbox.commands.run("head -c 3000000 /dev/zero | tr '\\0' x")
     assert r.stdout == "x" * 3000000
+
+
+def test_stream_input(sandbox):
+    h = sandbox.commands.run("cat", background=True, stdin=True)
+    sandbox.commands.stream_input(h.pid, ["a\n", b"b\n", "c" * 100000 + "\n"])
+    sandbox.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "a\nb\n" + "c" * 100000 + "\n"
+
+
+def test_stream_input_to_an_unknown_pid_is_not_found(sandbox):
+    with pytest.raises(NotFoundException):
+        sandbox.commands.stream_input(2**31 - 7, ["x"])

@@ -634,6 +634,69 @@ static void p_update(struct sbx_e2b_call *c, const ProtobufCMessage *req)
     answer(c, &process__update_response__descriptor, rc, &e);
 }
 
+/* StreamInput: a StartEvent names the process, Data events go to its stdin (or pty) in order,
+ * keepalives are dropped; the answer comes at the end of the request stream. */
+struct input {
+    struct sbx_job *job;
+};
+
+static void input_free(void *data)
+{
+    struct input *in = data;
+
+    sbx_job_unref(in->job);
+    free(in);
+}
+
+static void p_stream_input(struct sbx_e2b_call *c, const ProtobufCMessage *req)
+{
+    const Process__StreamInputRequest *r = (const Process__StreamInputRequest *)req;
+    struct input *in = sbx_e2b_call_data(c);
+    const Process__ProcessInput *pi;
+    struct sbx_error e = {0};
+    ProtobufCBinaryData d = {0, NULL};
+    int rc;
+
+    switch (r->event_case) {
+    case PROCESS__STREAM_INPUT_REQUEST__EVENT_START:
+        if (in)
+            return sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "a second start event");
+        if (!(in = calloc(1, sizeof(*in))))
+            return sbx_e2b_call_fail(c, SBX_CONNECT_RESOURCE_EXHAUSTED, "out of memory");
+        if (!(in->job = find_job(c, r->start->process))) {
+            free(in);
+            return;
+        }
+        sbx_e2b_call_set_data(c, in, input_free);
+        return;
+    case PROCESS__STREAM_INPUT_REQUEST__EVENT_DATA:
+        if (!in)
+            return sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT,
+                                     "a data event before the start event");
+        pi = r->data->input;
+        if (pi && pi->input_case == PROCESS__PROCESS_INPUT__INPUT_STDIN)
+            d = pi->stdin;
+        else if (pi && pi->input_case == PROCESS__PROCESS_INPUT__INPUT_PTY)
+            d = pi->pty;
+        if (d.len &&
+            (rc = sbx_proc_write(sbx_job_proc(in->job), d.data, d.len, write_done, NULL, &e)) < 0)
+            sbx_e2b_call_fail(c, errno_code(rc), "%s", e.msg);
+        return;
+    default:
+        return; /* keepalive */
+    }
+}
+
+static void p_stream_input_end(struct sbx_e2b_call *c)
+{
+    Process__StreamInputResponse resp = PROCESS__STREAM_INPUT_RESPONSE__INIT;
+
+    if (!sbx_e2b_call_data(c))
+        return sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "no start event");
+    (void)sbx_e2b_call_send(c, &resp.base);
+    sbx_e2b_call_end(c);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The table */
 
@@ -654,7 +717,7 @@ static const Process__ConnectResponse connect_keepalive = {
 
 #define M(name, lname, stream, f, ka, own)                                                         \
     {"/process.Process/" name, &process__##lname##_request__descriptor,                          \
-     &process__##lname##_response__descriptor, stream, f, ka, own}
+     &process__##lname##_response__descriptor, stream, f, ka, own, false, NULL}
 
 const struct sbx_e2b_method sbx_e2b_process_methods[] = {
     M("Start", start, true, p_start, &start_keepalive.base, true),
@@ -664,5 +727,8 @@ const struct sbx_e2b_method sbx_e2b_process_methods[] = {
     M("SendSignal", send_signal, false, p_send_signal, NULL, false),
     M("CloseStdin", close_stdin, false, p_close_stdin, NULL, false),
     M("Update", update, false, p_update, NULL, false),
+    {"/process.Process/StreamInput", &process__stream_input_request__descriptor,
+     &process__stream_input_response__descriptor, false, p_stream_input, NULL, false, true,
+     p_stream_input_end},
 };
 const size_t sbx_e2b_process_n_methods = SBX_ARRAY_SIZE(sbx_e2b_process_methods);

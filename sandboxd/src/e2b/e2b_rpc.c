@@ -67,6 +67,11 @@ struct sbx_e2b_call {
     void *drain_arg;
     struct sbx_timer timer;
     bool timer_on;
+    /* client streams: the request's envelopes, read as they come */
+    struct sbx_connect_reader rd;
+    bool rd_on;
+    void *data;
+    void (*data_free)(void *);
 };
 
 static uint64_t now_ms(void)
@@ -90,6 +95,17 @@ struct sbx_e2b_server *sbx_e2b_call_server(struct sbx_e2b_call *c)
     return c->srv;
 }
 
+void sbx_e2b_call_set_data(struct sbx_e2b_call *c, void *data, void (*free_fn)(void *))
+{
+    c->data = data;
+    c->data_free = free_fn;
+}
+
+void *sbx_e2b_call_data(struct sbx_e2b_call *c)
+{
+    return c->data;
+}
+
 uint64_t sbx_e2b_call_timeout_ms(struct sbx_e2b_call *c)
 {
     return c->timeout_ms;
@@ -107,6 +123,10 @@ static void call_free(void *arg)
 
     if (c->timer_on)
         sbx_timer_release(&c->timer);
+    if (c->rd_on)
+        sbx_connect_reader_release(&c->rd);
+    if (c->data_free)
+        c->data_free(c->data);
     free(c->out);
     free(c->q);
     pthread_mutex_destroy(&c->lock);
@@ -293,7 +313,7 @@ static void finish_locked(struct sbx_e2b_call *c, const struct sbx_connect_error
     if (c->ended)
         return;
     c->ended = true;
-    if (c->m && c->m->server_streaming) {
+    if (c->type.streaming) {
         if (sbx_connect_end_stream(e, &buf, &n, &err) == 0)
             (void)enqueue(c, NULL, 0, buf, n);
         free(buf);
@@ -323,7 +343,7 @@ int sbx_e2b_call_send(struct sbx_e2b_call *c, const ProtobufCMessage *m)
     pthread_mutex_lock(&c->lock);
     if (c->ended || c->gone) {
         r = -EPIPE;
-    } else if (!c->m->server_streaming) {
+    } else if (!c->type.streaming) {
         free(c->out);
         c->out = NULL;
         r = encode(c, m, &c->out, &c->out_len);
@@ -511,7 +531,7 @@ static enum MHD_Result respond_early(struct hctx *hc, struct sbx_e2b_call *c, in
     pthread_mutex_lock(&c->lock);
     finish_locked(c, &e);
     pthread_mutex_unlock(&c->lock);
-    return c->m && c->m->server_streaming ? respond_stream(hc, c) : respond_unary(hc, c);
+    return c->type.streaming ? respond_stream(hc, c) : respond_unary(hc, c);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -540,7 +560,7 @@ static bool check_head(struct hctx *hc, struct sbx_e2b_call *c, char *path)
     if (!v || sbx_connect_type_parse(v, n, &c->type, &e) < 0)
         return false;
     c->m = sbx_e2b_method_find(path);
-    if (c->m && c->m->server_streaming != c->type.streaming)
+    if (c->m && (c->m->server_streaming || c->m->client_streaming) != c->type.streaming)
         c->m = NULL; /* the wrong kind of call: as an unknown method, below */
     if (!c->m) {
         /* The kind of answer follows the request's type. */
@@ -694,6 +714,91 @@ static enum MHD_Result dispatch(struct hctx *hc, struct sbx_e2b_call *c)
     return c->m->server_streaming ? respond_stream(hc, c) : respond_unary(hc, c);
 }
 
+/* A client stream's bytes: each whole message goes to the handler as it arrives. */
+static void feed_input(struct hctx *hc, struct sbx_e2b_call *c, const uint8_t *p, size_t n)
+{
+    struct sbx_error e = {0};
+    struct sbx_connect_msg m;
+    ProtobufCMessage *req = NULL;
+    char msg[512];
+    size_t used = 0;
+    int r;
+
+    while (n && !sbx_e2b_call_gone(c)) {
+        r = sbx_connect_reader_feed(&c->rd, p, n, &used, &m, &e);
+        if (r < 0) {
+            sbx_e2b_call_fail(c, r == -EMSGSIZE ? SBX_CONNECT_RESOURCE_EXHAUSTED
+                                                : SBX_CONNECT_INVALID_ARGUMENT,
+                              "%s", e.msg);
+            return;
+        }
+        p += used;
+        n -= used;
+        if (r == 0)
+            return;
+        if (m.flags) {
+            sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "%s",
+                              m.flags & SBX_CONNECT_FLAG_COMPRESSED
+                                  ? "compressed messages are not supported"
+                                  : "an end-of-stream message from the client");
+            return;
+        }
+        if (decode(c, m.data, m.len, &req, msg, sizeof(msg)) < 0) {
+            sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "%s", msg);
+            return;
+        }
+        sbx_metrics_bytes_in(m.len);
+        c->m->fn(c, req);
+        protobuf_c_message_free_unpacked(req, NULL);
+    }
+    (void)hc;
+}
+
+/* A client stream's request has begun (its head passed): the checks a unary call makes on its
+ * whole body are made here, before the first message. False when it is answered already. */
+static bool begin_input(struct hctx *hc, struct sbx_e2b_call *c)
+{
+    char msg[512];
+
+    c->dispatched = true;
+    if (c->early_code) {
+        sbx_e2b_call_fail(c, c->early_code, "%s", c->early_msg);
+        return false;
+    }
+    if (sbx_e2b_user_of(hc, &c->user, msg, sizeof(msg)) < 0) {
+        sbx_e2b_call_fail(c, SBX_CONNECT_UNAUTHENTICATED, "%s", msg);
+        return false;
+    }
+    sbx_connect_reader_init(&c->rd, c->srv->o.max_message_bytes);
+    c->rd_on = true;
+    return true;
+}
+
+/* Every call of the access handler for a client stream. */
+static enum MHD_Result client_stream(struct hctx *hc, struct sbx_e2b_call *c)
+{
+    struct sbx_error e = {0};
+    size_t n = *hc->upload_data_size;
+
+    if (!c->dispatched && !begin_input(hc, c) && !n)
+        return respond_stream(hc, c);
+    if (n) {
+        *hc->upload_data_size = 0;
+        if (c->rd_on)
+            feed_input(hc, c, (const uint8_t *)hc->upload_data, n);
+        return MHD_YES; /* the rest of a failed call's body is dropped */
+    }
+    hc->body_done = true;
+    if (c->rd_on && !sbx_e2b_call_gone(c)) {
+        if (sbx_connect_reader_finish(&c->rd, &e) < 0)
+            sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "%s", e.msg);
+        else
+            c->m->input_end(c);
+    }
+    /* The answer is there (the handlers here answer at once): one message and the end. */
+    return respond_stream(hc, c);
+}
+
 enum MHD_Result sbx_e2b_connect_route(struct hctx *hc)
 {
     struct sbx_e2b_call *c = hc->r->state;
@@ -708,6 +813,8 @@ enum MHD_Result sbx_e2b_connect_route(struct hctx *hc)
     }
     if (!c)
         return MHD_NO;
+    if (c->m->client_streaming && !c->early_code)
+        return client_stream(hc, c);
     if (c->dispatched) { /* a unary call resumed with its answer */
         hc->body_done = true;
         return respond_unary(hc, c);

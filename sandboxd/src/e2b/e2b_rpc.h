@@ -31,6 +31,11 @@ struct sbx_e2b_method {
      * timeout, as envd treats it); otherwise a stream still open at the deadline fails with
      * deadline_exceeded. */
     bool own_timeout;
+    /* Client streams (StreamInput): fn runs for each request message as it arrives (none runs
+     * once the call ended), input_end when the request stream ends well; then the handler
+     * answers with one send, or fails. Per-call state: sbx_e2b_call_set_data. */
+    bool client_streaming;
+    void (*input_end)(struct sbx_e2b_call *c);
 };
 
 /* Services export their table, e.g. `extern const struct sbx_e2b_method sbx_e2b_fs_methods[];
@@ -50,6 +55,9 @@ struct sbx_e2b_user {
 
 const struct sbx_e2b_user *sbx_e2b_call_user(struct sbx_e2b_call *c);
 struct sbx_e2b_server *sbx_e2b_call_server(struct sbx_e2b_call *c);
+/* State of the handler's for this call, freed (free_fn, when not NULL) with the call. */
+void sbx_e2b_call_set_data(struct sbx_e2b_call *c, void *data, void (*free_fn)(void *));
+void *sbx_e2b_call_data(struct sbx_e2b_call *c);
 /* Connect-Timeout-Ms; 0 when the request set none. */
 uint64_t sbx_e2b_call_timeout_ms(struct sbx_e2b_call *c);
 
