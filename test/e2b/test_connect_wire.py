@@ -295,17 +295,32 @@ def open_stream(d, msg, headers=b""):
     return c, c.recv(65536)
 
 
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+
 def test_clients_that_leave_or_never_read(make_daemon):
     d = make_daemon()
     # Leaves at once; its process is silent: the stream is let go without waiting for output.
     c, first = open_stream(d, {"process": {"cmd": "/bin/sleep", "args": ["30"]}})
     assert first.startswith(b"HTTP/1.1 200")
     c.close()
-    # Never reads a flood: its output stays in the job's bounded ring, the daemon answers others.
-    c2, _ = open_stream(d, {"process": {"cmd": "/bin/sh", "args": ["-c", "yes | head -c 50000000"]}})
-    for _ in range(3):
+    # Never reads a flood of 300 MB: the daemon holds the job's bounded ring and the stream's
+    # bounded queue, not the flood, and answers others meanwhile.
+    before = rss_kib(d.proc.pid)
+    c2, _ = open_stream(d, {"process": {"cmd": "/bin/sh", "args": [
+        "-c", "head -c 300000000 /dev/zero"]}, "tag": "flood"})
+    deadline = time.monotonic() + 120
+    while True:
         status, body = d.unary("List", {})
         assert status == 200
+        if "flood" not in [p.get("tag") for p in body.get("processes", [])]:
+            break
+        assert time.monotonic() < deadline, "the flood did not end"
+        time.sleep(0.1)
+    grown = rss_kib(d.proc.pid) - before
+    assert grown < 100 * 1024, f"the daemon grew by {grown} KiB for a client that never reads"
     c2.close()
     assert d.request("GET", "/health")[0] == 204
 

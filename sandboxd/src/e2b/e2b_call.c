@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cleanup.h"
+#include "clock.h"
 #include "e2b_internal.h"
 #include "http_request.h"
 #include "log.h"
@@ -29,14 +29,6 @@
 #define STREAM_BLOCK (16 * 1024)
 #define SOFT_QUEUE   (256 * 1024)
 #define HARD_QUEUE   (8 << 20)
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* The object */
@@ -239,7 +231,7 @@ static int enqueue(struct sbx_e2b_call *c, const uint8_t *prefix, size_t plen, c
     if (n)
         memcpy(c->q + c->q_len + plen, p, n);
     c->q_len += plen + n;
-    c->last_send_ms = now_ms();
+    c->last_send_ms = sbx_now_ms();
     wake(c);
     return 0;
 }
@@ -367,7 +359,7 @@ void sbx_e2b_call_arm(struct sbx_e2b_call *c)
         return;
     c->timer_on = true;
     pthread_mutex_lock(&c->lock);
-    arm_timer(c, now_ms());
+    arm_timer(c, sbx_now_ms());
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -375,7 +367,7 @@ static void timer_fired(struct sbx_timer *t)
 {
     struct sbx_e2b_call *c = (struct sbx_e2b_call *)((char *)t - offsetof(struct sbx_e2b_call,
                                                                           timer));
-    uint64_t now = now_ms();
+    uint64_t now = sbx_now_ms();
 
     pthread_mutex_lock(&c->lock);
     if (!c->ended && !c->gone) {
@@ -517,7 +509,7 @@ struct sbx_e2b_call *sbx_e2b_call_new(struct hctx *hc)
     c->refs = 1; /* the request's */
     c->srv = sbx_e2b_of(hc);
     c->conn = hc->conn;
-    c->last_send_ms = now_ms();
+    c->last_send_ms = sbx_now_ms();
     hc->r->state = c;
     hc->r->state_drop = request_over;
     return c;
