@@ -446,6 +446,7 @@ static void request_over(void *state)
         gone(gone_arg);
     if (drain)
         drain(drain_arg);
+    __atomic_sub_fetch(&c->srv->live_calls, 1, __ATOMIC_RELEASE);
     sbx_e2b_call_unref(c);
 }
 
@@ -508,6 +509,7 @@ struct sbx_e2b_call *sbx_e2b_call_new(struct hctx *hc)
     pthread_mutex_init(&c->lock, NULL);
     c->refs = 1; /* the request's */
     c->srv = sbx_e2b_of(hc);
+    __atomic_add_fetch(&c->srv->live_calls, 1, __ATOMIC_RELAXED);
     c->conn = hc->conn;
     c->last_send_ms = sbx_now_ms();
     hc->r->state = c;

@@ -12,6 +12,7 @@
 struct sbx_e2b_server {
     struct sbx_http *http;
     struct sbx_e2b_opts o;
+    unsigned live_calls;      /* calls whose request is not over (atomic) */
     pthread_mutex_t lock;     /* the fields below */
     struct sbx_auth *token;   /* set by /init when sandboxd has none */
     json_t *envs;             /* /init's envVars: an object of strings */

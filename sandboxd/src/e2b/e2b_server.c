@@ -379,10 +379,16 @@ int sbx_e2b_start(struct sbx_e2b_server **ret, const struct sbx_e2b_opts *o,
     return port;
 }
 
+/* At shutdown the processes are gone, so their streams have ended: what they queued last (the
+ * End event) gets this long to reach its client before the connections are cut. */
+#define FLUSH_MS 2000
+
 void sbx_e2b_stop(struct sbx_e2b_server *s)
 {
     if (!s)
         return;
+    for (int i = 0; i < FLUSH_MS / 10 && __atomic_load_n(&s->live_calls, __ATOMIC_ACQUIRE); i++)
+        usleep(10 * 1000);
     sbx_http_stop(s->http);
     sbx_auth_free(s->token);
     json_decref(s->envs);
