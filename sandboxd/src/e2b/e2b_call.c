@@ -18,13 +18,8 @@
 #include "http_request.h"
 #include "log.h"
 #include "metrics.h"
-
-#if __has_include("pbjson.h")
 #include "pbjson.h"
-#define HAVE_PBJSON 1
-#else
-#define HAVE_PBJSON 0
-#endif
+
 
 #define STREAM_BLOCK (16 * 1024)
 #define SOFT_QUEUE   (256 * 1024)
@@ -163,14 +158,8 @@ static int encode(const struct sbx_e2b_call *c, const ProtobufCMessage *m, uint8
     struct sbx_error e = {0};
     size_t n;
 
-    if (c->type.codec == SBX_CONNECT_JSON) {
-#if HAVE_PBJSON
+    if (c->type.codec == SBX_CONNECT_JSON)
         return sbx_pbjson_encode(m, (char **)ret, len, &e);
-#else
-        (void)e;
-        return -EINVAL;
-#endif
-    }
     n = protobuf_c_message_get_packed_size(m);
     *ret = malloc(n ? n : 1);
     if (!*ret)
@@ -185,14 +174,9 @@ int sbx_e2b_call_decode(const struct sbx_e2b_call *c, const uint8_t *p, size_t n
     struct sbx_error e = {0};
 
     if (c->type.codec == SBX_CONNECT_JSON) {
-#if HAVE_PBJSON
         if (sbx_pbjson_decode(c->m->in, (const char *)p, n, ret, &e) < 0)
             return snprintf(msg, len, "invalid JSON request: %s", e.msg), -EINVAL;
         return 0;
-#else
-        (void)e;
-        return snprintf(msg, len, "JSON is not supported by this build"), -EINVAL;
-#endif
     }
     *ret = protobuf_c_message_unpack(c->m->in, NULL, n, p);
     if (!*ret)
