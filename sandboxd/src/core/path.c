@@ -160,6 +160,10 @@ int sbx_path_open(const struct sbx_root *root, const char *user_path, int flags,
     };
     int fd, r;
 
+    /* A root of "/" confines nothing (the E2B port's paths): absolute symlinks are followed as
+     * they are, not refused and retried. */
+    if (strcmp(root->path, "/") == 0)
+        how.resolve = RESOLVE_NO_MAGICLINKS;
     r = sbx_path_clean(root, user_path, &rel, err);
     if (r < 0)
         return r;
