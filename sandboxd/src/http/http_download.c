@@ -26,6 +26,7 @@
 struct validators {
     char etag[SBX_HTTP_ETAG_MAX];
     char last_modified[SBX_HTTP_DATE_MAX];
+    const char *const *headers; /* more, name and value pairs; NULL-terminated or NULL */
 };
 
 static enum MHD_Result queue(struct hctx *c, unsigned status, struct MHD_Response *resp,
@@ -35,6 +36,8 @@ static enum MHD_Result queue(struct hctx *c, unsigned status, struct MHD_Respons
         MHD_add_response_header(resp, "ETag", v->etag);
         MHD_add_response_header(resp, "Last-Modified", v->last_modified);
         MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+        for (const char *const *h = v->headers; h && h[0] && h[1]; h += 2)
+            MHD_add_response_header(resp, h[0], h[1]);
     }
     return sbx_http_queue(c, status, resp);
 }
@@ -167,7 +170,13 @@ static int ranges_of(struct hctx *c, const struct stat *st, const struct validat
     return n > 1 && sum > size ? 0 : n;
 }
 
-enum MHD_Result sbx_http_send_file(struct hctx *c, int fd_in, const struct stat *st)
+enum MHD_Result sbx_http_send_file(struct hctx *c, int fd, const struct stat *st)
+{
+    return sbx_http_send_file_with(c, fd, st, NULL);
+}
+
+enum MHD_Result sbx_http_send_file_with(struct hctx *c, int fd_in, const struct stat *st,
+                                        const char *const *headers)
 {
     _cleanup_close_ int fd = fd_in;
     uint64_t size = (uint64_t)st->st_size, body = size;
@@ -178,6 +187,7 @@ enum MHD_Result sbx_http_send_file(struct hctx *c, int fd_in, const struct stat 
     char buf[96];
     int n;
 
+    v.headers = headers;
     sbx_http_etag(st, v.etag);
     sbx_http_format_date(st->st_mtim.tv_sec, v.last_modified);
     if (sbx_http_not_modified(sbx_http_header(c, "If-None-Match"),

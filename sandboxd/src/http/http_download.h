@@ -10,3 +10,7 @@
  * range, or several as multipart/byteranges), 304 under If-None-Match or If-Modified-Since, or
  * 416; always with ETag and Last-Modified. */
 enum MHD_Result sbx_http_send_file(struct hctx *c, int fd, const struct stat *st);
+/* The same with more headers on every answer: name and value pairs, NULL-terminated (e.g. the
+ * E2B port's Content-Disposition). */
+enum MHD_Result sbx_http_send_file_with(struct hctx *c, int fd, const struct stat *st,
+                                        const char *const *headers);

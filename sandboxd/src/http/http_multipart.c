@@ -44,6 +44,9 @@ struct sbx_multipart {
     size_t line_len, header_bytes;
     bool named, is_file, in_file;
     bool saw_file;
+    const struct sbx_multipart_parts *parts; /* several "file" parts, announced */
+    char filename[SBX_MULTIPART_FILENAME_MAX + 1];
+    bool filename_cut;
     struct sbx_error fail; /* code != 0 once failed */
 };
 
@@ -113,7 +116,7 @@ static bool boundary_ok(const char *b)
 static void each_param(const char *p, bool (*fn)(void *, const char *, size_t, const char *, bool),
                        void *cls)
 {
-    char value[256];
+    char value[SBX_MULTIPART_FILENAME_MAX + 1];
     bool cut;
 
     for (;;) {
@@ -183,11 +186,16 @@ static bool take_name(void *cls, const char *name, size_t nlen, const char *v, b
 {
     struct sbx_multipart *m = cls;
 
+    if (nlen == 8 && strncasecmp(name, "filename", 8) == 0) {
+        snprintf(m->filename, sizeof(m->filename), "%s", v);
+        m->filename_cut = cut;
+        return true;
+    }
     if (nlen != 4 || strncasecmp(name, "name", 4) != 0)
         return true;
     m->named = v[0] != '\0';
     m->is_file = !cut && strcmp(v, "file") == 0;
-    return false;
+    return true;
 }
 
 /* One header line of a part (without its line end). */
@@ -203,17 +211,30 @@ static void header_line(struct sbx_multipart *m, const char *line)
     each_param(p + 9, take_name, m);
 }
 
+/* A parts callback's result: its -errno stops the parse. */
+static int part_call(struct sbx_multipart *m, int r)
+{
+    if (r < 0 && !m->fail.code)
+        sbx_error_set(&m->fail, -r, "multipart part");
+    return r < 0 ? r : 0;
+}
+
 /* The empty line after a part's headers: the part's content follows. */
 static int headers_end(struct sbx_multipart *m)
 {
     if (!m->named)
         return fail(m, "a part has no name");
-    if (m->is_file && m->saw_file)
+    if (m->is_file && m->saw_file && !m->parts)
         return fail(m, "a second \"file\" part");
     m->saw_file |= m->is_file;
     m->in_file = m->is_file;
     m->state = MP_BODY;
     m->matched = 0;
+    if (m->in_file && m->parts) {
+        if (m->filename_cut)
+            return fail(m, "a part's filename is too long");
+        return part_call(m, m->parts->begin(m->cls, m->filename, &m->fail));
+    }
     return 0;
 }
 
@@ -287,6 +308,9 @@ static ssize_t content(struct sbx_multipart *m, const char *p, size_t n)
         i++;
         if (++m->matched == m->delim_len) {
             m->matched = 0;
+            if (m->state == MP_BODY && m->in_file && m->parts &&
+                (r = part_call(m, m->parts->end(m->cls, &m->fail))) < 0)
+                return r;
             m->state = MP_AFTER;
             break;
         }
@@ -320,7 +344,8 @@ static int after_delimiter(struct sbx_multipart *m, char c)
             return fail(m, junk);
         m->state = MP_HEADERS;
         m->line_len = m->header_bytes = 0;
-        m->named = m->is_file = m->in_file = false;
+        m->named = m->is_file = m->in_file = m->filename_cut = false;
+        m->filename[0] = '\0';
         return 0;
     }
 }
@@ -369,6 +394,11 @@ int sbx_multipart_finish(struct sbx_multipart *m, struct sbx_error *err)
         return -m->fail.code;
     }
     return 0;
+}
+
+void sbx_multipart_set_parts(struct sbx_multipart *m, const struct sbx_multipart_parts *parts)
+{
+    m->parts = parts;
 }
 
 void sbx_multipart_free(struct sbx_multipart *m)

@@ -37,3 +37,16 @@ int sbx_multipart_feed(struct sbx_multipart *m, const char *data, size_t len,
 int sbx_multipart_finish(struct sbx_multipart *m, struct sbx_error *err);
 /* Accepts NULL. */
 void sbx_multipart_free(struct sbx_multipart *m);
+
+#define SBX_MULTIPART_FILENAME_MAX 4096 /* a part's filename parameter (a path: PATH_MAX) */
+
+/* Several "file" parts (E2B's /files upload: each part's filename is where it goes): begin
+ * runs when a "file" part's headers have ended, with its filename parameter ("" when none;
+ * longer than SBX_MULTIPART_FILENAME_MAX fails the parse), its content then goes to the data
+ * callback, and end runs when its closing boundary has been read. Both get the parser's cls and
+ * stop the parse with -errno. Set before the first feed; parts is borrowed. */
+struct sbx_multipart_parts {
+    int (*begin)(void *cls, const char *filename, struct sbx_error *err);
+    int (*end)(void *cls, struct sbx_error *err);
+};
+void sbx_multipart_set_parts(struct sbx_multipart *m, const struct sbx_multipart_parts *parts);

@@ -26,14 +26,18 @@ static int collect(void *cls, const char *data, size_t len, struct sbx_error *er
     return 0;
 }
 
-/* Parses body in pieces of step bytes; returns 0 or -errno with the message in msg. */
-static int parse(const char *boundary, const char *body, size_t len, size_t step, struct sink *s,
-                 char msg[256])
+/* Parses body in pieces of step bytes into fn (with parts, when not NULL); returns 0 or -errno
+ * with the message in msg. */
+static int parse_with(const char *boundary, const char *body, size_t len, size_t step,
+                      sbx_multipart_data_fn fn, void *cls, const struct sbx_multipart_parts *parts,
+                      char msg[256])
 {
     struct sbx_multipart *m = NULL;
     struct sbx_error e = {0};
-    int r = sbx_multipart_new(boundary, collect, s, &m, &e);
+    int r = sbx_multipart_new(boundary, fn, cls, &m, &e);
 
+    if (r == 0 && parts)
+        sbx_multipart_set_parts(m, parts);
     for (size_t off = 0; r == 0 && off < len; off += step)
         r = sbx_multipart_feed(m, body + off, len - off < step ? len - off : step, &e);
     if (r == 0)
@@ -41,6 +45,12 @@ static int parse(const char *boundary, const char *body, size_t len, size_t step
     snprintf(msg, 256, "%s", r < 0 ? e.msg : "");
     sbx_multipart_free(m);
     return r;
+}
+
+static int parse(const char *boundary, const char *body, size_t len, size_t step, struct sink *s,
+                 char msg[256])
+{
+    return parse_with(boundary, body, len, step, collect, s, NULL, msg);
 }
 
 /* body must give exactly want, in pieces of every size. */
@@ -199,8 +209,88 @@ static void boundaries(void)
     ok(sbx_multipart_new("a\rb", collect, NULL, &m, &e) == -EINVAL && !m, "new refuses a CR");
 }
 
+/* Several "file" parts, each announced with its filename: the sink records "<name>{content}"
+ * for each, in every piece size. */
+struct files_sink {
+    char buf[4096];
+    size_t len;
+};
+
+static void put(struct files_sink *s, const char *p, size_t n)
+{
+    if (s->len + n < sizeof(s->buf)) {
+        memcpy(s->buf + s->len, p, n);
+        s->len += n;
+        s->buf[s->len] = '\0';
+    }
+}
+
+static int files_begin(void *cls, const char *filename, struct sbx_error *err)
+{
+    (void)err;
+    put(cls, filename, strlen(filename));
+    put(cls, "{", 1);
+    return 0;
+}
+
+static int files_end(void *cls, struct sbx_error *err)
+{
+    (void)err;
+    put(cls, "}", 1);
+    return 0;
+}
+
+static int files_data(void *cls, const char *data, size_t len, struct sbx_error *err)
+{
+    (void)err;
+    put(cls, data, len);
+    return 0;
+}
+
+static const struct sbx_multipart_parts files_parts = {files_begin, files_end};
+
+static int parse_files(const char *body, size_t step, struct files_sink *s, char msg[256])
+{
+    return parse_with("b", body, strlen(body), step, files_data, s, &files_parts, msg);
+}
+
+static void several_files(void)
+{
+    static const char body[] =
+        "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/a b\"\r\n\r\n"
+        "one\r\n--b\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nskip\r\n"
+        "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\\\\y\"\r\n"
+        "Content-Type: application/octet-stream\r\n\r\ntwo\r\n--b\r\n"
+        "Content-Disposition: form-data; name=\"file\"\r\n\r\n\r\n--b--\r\n";
+    bool all = true;
+    char msg[256];
+
+    for (size_t step = 1; step <= sizeof(body); step++) {
+        struct files_sink s = {{0}, 0};
+        int r = parse_files(body, step, &s, msg);
+        if (r != 0 || strcmp(s.buf, "/tmp/a b{one}x\\y{two}{}") != 0) {
+            ok(false, "several files in pieces of %zu: %d %s '%s'", step, r, msg, s.buf);
+            all = false;
+            break;
+        }
+    }
+    if (all)
+        ok(true, "several files, each with its filename, in pieces of every size");
+    {
+        char big[SBX_MULTIPART_FILENAME_MAX + 256];
+        struct files_sink s = {{0}, 0};
+        int n = snprintf(big, sizeof(big),
+                         "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"");
+        memset(big + n, 'a', SBX_MULTIPART_FILENAME_MAX + 1);
+        snprintf(big + n + SBX_MULTIPART_FILENAME_MAX + 1, 64, "\"\r\n\r\nx\r\n--b--\r\n");
+        ok(parse_files(big, 4096, &s, msg) == -EINVAL && strstr(msg, "filename is too long"),
+           "a filename past the bound is refused: %s", msg);
+    }
+}
+
 int main(void)
 {
+    several_files();
     forms();
     not_whole();
     limits();
