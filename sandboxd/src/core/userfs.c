@@ -424,8 +424,18 @@ int sbx_ufs_check_dir(const struct sbx_cred *c, const char *path, bool network_o
 int sbx_ufs_writer_begin(const struct sbx_root *slash, const struct sbx_cred *c,
                          const char *path, struct sbx_fs_writer **ret, struct sbx_error *err)
 {
+    struct stat st;
+    mode_t mode = 0644;
+    int r;
+
     AS_USER(c, err);
-    return sbx_fs_writer_begin(slash, path, 0644, ret, err);
+    /* A file written over keeps its permission bits, as envd's truncating write does. */
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+        mode = st.st_mode & 0777;
+    r = sbx_fs_writer_begin(slash, path, mode, ret, err);
+    if (r < 0 && err)
+        sbx_error_wrap(err, "error opening file '%s'", path);
+    return r;
 }
 
 int sbx_ufs_writer_commit(const struct sbx_cred *c, struct sbx_fs_writer *w, uint64_t *size,

@@ -92,7 +92,8 @@ int sbx_ufs_check_dir(const struct sbx_cred *c, const char *path, bool network_o
                       struct sbx_error *err);
 
 /* An upload written as the user (files.h's writer: a temp file next to the target renamed over
- * it; missing parents created, the user's). */
+ * it; missing parents created, the user's; 0644, or the permission bits of the file it
+ * replaces). */
 int sbx_ufs_writer_begin(const struct sbx_root *slash, const struct sbx_cred *c,
                          const char *path, struct sbx_fs_writer **ret, struct sbx_error *err);
 int sbx_ufs_writer_commit(const struct sbx_cred *c, struct sbx_fs_writer *w, uint64_t *size,

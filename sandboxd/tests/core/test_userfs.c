@@ -168,6 +168,16 @@ static void test_changes(void)
         close(r);
     ok(sbx_ufs_open_read(&me, dir, &st, &err) == -EISDIR, "open a directory: -EISDIR");
     ok(sbx_ufs_open_read(&me, at("none"), &st, &err) == -ENOENT, "open nothing: -ENOENT");
+    {
+        struct sbx_fs_writer *w = NULL;
+        uint64_t size = 0;
+        chmod(at("r"), 0640);
+        r = sbx_ufs_writer_begin(&slash, &me, at("r"), &w, &err);
+        if (r == 0)
+            r = sbx_ufs_writer_commit(&me, w, &size, &err);
+        ok(r == 0 && stat(at("r"), &st) == 0 && (st.st_mode & 0777) == 0640 && st.st_size == 0,
+           "a file written over keeps its permission bits");
+    }
     ok(sbx_ufs_check_dir(&me, dir, false, &err) == 0, "a local directory may be watched");
     ok(sbx_ufs_check_dir(&me, at("r"), false, &err) == -ENOTDIR, "a file may not be watched");
 }
