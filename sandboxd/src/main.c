@@ -17,6 +17,7 @@
 
 #include "auth.h"
 #include "cleanup.h"
+#include "e2b_fs.h"
 #include "e2b_server.h"
 #include "flags.h"
 #include "fswatch.h"
@@ -305,6 +306,7 @@ static void jobs_stop(struct sbx_lifecycle_hook *h)
 static void watches_stop(struct sbx_lifecycle_hook *h)
 {
     sbx_fswatches_shutdown(h->arg);
+    sbx_e2b_fs_shutdown();
 }
 
 static void http_stop(struct sbx_lifecycle_hook *h)
@@ -467,10 +469,18 @@ static int start_e2b(struct sbx_error *err)
         .jobs = d.jobs,
         .draining = &d.process.draining,
     };
+    /* The E2B port's watches are on the sandbox's paths: a registry of their own. */
+    struct sbx_e2b_fs_opts fo = {.max_watches = (size_t)arg_max_watches,
+                                 .max_dirs = (size_t)arg_max_watch_dirs,
+                                 .queue_events = (size_t)arg_watch_queue,
+                                 .keepalive_ms = 5000,
+                                 .max_upload = (uint64_t)arg_max_upload_bytes};
     int port;
 
     if (!arg_e2b_port)
         return 0;
+    if ((port = sbx_e2b_fs_setup(d.loop, &fo, err)) < 0)
+        return port;
     port = sbx_e2b_start(&d.e2b, &o, err);
     if (port < 0)
         return port;
@@ -660,6 +670,7 @@ static int setup(struct sbx_root *root, struct sbx_reflection **refl, struct sbx
 static void teardown(struct sbx_root *root, struct sbx_reflection *refl)
 {
     sbx_e2b_stop(d.e2b);
+    sbx_e2b_fs_teardown(); /* its streams went with the server */
     sbx_http_stop(d.http);
     if (d.grpc) {
         /* No completion-queue thread is left after this; what they posted last runs below,

@@ -1,0 +1,348 @@
+/* GET /files (download) and POST /files (upload) of the E2B port, as envd's spec has them
+ * (e2b-dev/infra packages/envd/spec/envd.yaml): the file is named by the `path` query parameter
+ * (resolved from the user's home as envd does) or, in a multipart upload of several files, by
+ * each "file" part's filename; the user by `username` (else the Authorization header's, else
+ * the default one). Every file is opened, created and renamed into place as that user
+ * (core/userfs.h), so their permissions decide and what is written is theirs. Uploads stream:
+ * a multipart body through the incremental parser, each part into its own temp file; nothing
+ * is held in memory but the answer's list. Errors are envd's JSON ({"code","message"}). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "e2b_fs_internal.h"
+#include "e2b_internal.h"
+#include "http_download.h"
+#include "http_multipart.h"
+#include "http_request.h"
+#include "metrics.h"
+#include "utf8.h"
+
+#define MAX_FILES 1000 /* "file" parts in one upload */
+
+/* One upload's state (hreq.state); the writer and the parser are the request's (r->w, r->mp),
+ * released with it. */
+struct upload {
+    struct hreq *r;
+    struct sbx_e2b_server *srv;
+    struct sbx_e2b_user user;
+    struct sbx_cred cred;
+    char *path;   /* the query's, resolved; NULL: each part's filename */
+    char *cur;    /* the file being written */
+    json_t *done; /* envd's EntryInfo of each file written */
+    unsigned status; /* of the failure in r->err */
+};
+
+static void upload_drop(void *state)
+{
+    struct upload *u = state;
+
+    free(u->path);
+    free(u->cur);
+    json_decref(u->done);
+    free(u);
+}
+
+/* envd's HTTP status for an errno of the file side. */
+static unsigned status_of(int r)
+{
+    switch (-r) {
+    case ENOENT:
+        return 404;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return 403;
+    case ENOSPC:
+    case EDQUOT:
+        return 507;
+    case EFBIG:
+        return 413;
+    case EINVAL:
+    case EISDIR:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+    case EEXIST:
+    case EBUSY:
+    case ELOOP:
+        return 400;
+    default:
+        return 500;
+    }
+}
+
+/* The user the request names; answers 401 (envd's) or 400 when there is none. */
+static bool user_of(struct hctx *c, struct sbx_e2b_user *u, enum MHD_Result *ret)
+{
+    const char *name = sbx_http_arg(c, "username");
+    char msg[256], out[384];
+    int r = name && name[0] ? sbx_e2b_user_lookup(sbx_e2b_of(c), name, u, msg, sizeof(msg))
+                            : sbx_e2b_user_of(c, u, msg, sizeof(msg));
+
+    if (r == 0)
+        return true;
+    snprintf(out, sizeof(out), "error looking up user '%s': %s", name ? name : "", msg);
+    *ret = sbx_e2b_respond_plain_error(c, r == -ENOENT ? 401 : 400, out);
+    return false;
+}
+
+/* Go's mime.FormatMediaType("inline", {"filename": name}): a token as it is, else a quoted
+ * string, else (bytes beyond ASCII) RFC 2231's encoding. */
+static char *disposition(const char *name)
+{
+    static const char *const tspecials = "()<>@,;:\\\"/[]?= ";
+    bool token = name[0] != '\0', ascii = true;
+    char *out, *o;
+
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        if (*p < 0x20 || *p >= 0x7f)
+            ascii = token = false;
+        else if (strchr(tspecials, *p))
+            token = false;
+    }
+    out = malloc(strlen(name) * 3 + 40);
+    if (!out)
+        return NULL;
+    if (token) {
+        sprintf(out, "inline; filename=%s", name);
+        return out;
+    }
+    o = out + sprintf(out, ascii ? "inline; filename=\"" : "inline; filename*=utf-8''");
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        if (ascii) {
+            if (*p == '"' || *p == '\\')
+                *o++ = '\\';
+            *o++ = (char)*p;
+        } else if ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+                   (*p >= 'A' && *p <= 'Z') || strchr("!#$&+-.^_`|~", *p)) {
+            *o++ = (char)*p;
+        } else {
+            o += sprintf(o, "%%%02X", *p);
+        }
+    }
+    if (ascii)
+        *o++ = '"';
+    *o = '\0';
+    return out;
+}
+
+static enum MHD_Result get_file(struct hctx *c)
+{
+    const char *path = sbx_http_arg(c, "path");
+    _cleanup_free_ char *abs = NULL, *disp = NULL;
+    struct sbx_error err = {0};
+    struct sbx_e2b_user u;
+    struct sbx_cred cred;
+    enum MHD_Result ret;
+    struct stat st;
+    int fd;
+
+    *c->upload_data_size = 0;
+    if (!sbx_e2b_authorized(c, &ret) || !user_of(c, &u, &ret))
+        return ret;
+    sbx_e2b_cred_of(&u, &cred);
+    if (sbx_e2b_fs_resolve(sbx_e2b_of(c), &u, path ? path : "", &abs, &err) < 0)
+        return sbx_e2b_respond_plain_error(c, 400, err.msg);
+    fd = sbx_ufs_open_read(&cred, abs, &st, &err);
+    if (fd < 0)
+        return sbx_e2b_respond_plain_error(c, status_of(fd), err.msg);
+    disp = disposition(strrchr(abs, '/') + 1);
+    return sbx_http_send_file_with(
+        c, fd, &st,
+        (const char *const[]){"Content-Disposition", disp ? disp : "inline", "Vary",
+                              "Accept-Encoding", NULL});
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Uploads */
+
+/* Opens the file at path (the query's, else the part's filename) for the next content. */
+static int file_begin(struct upload *u, const char *filename)
+{
+    struct hreq *r = u->r;
+    size_t n = json_array_size(u->done);
+    int rc;
+
+    free(u->cur);
+    u->cur = NULL;
+    if (n >= MAX_FILES)
+        return sbx_error_set(&r->err, EINVAL, "more than %d files in one upload", MAX_FILES);
+    if (u->path)
+        u->cur = strdup(u->path);
+    else if (!filename[0])
+        return sbx_error_set(&r->err, EINVAL, "a \"file\" part has no filename");
+    else if ((rc = sbx_e2b_fs_resolve(u->srv, &u->user, filename, &u->cur, &r->err)) < 0)
+        return rc;
+    if (!u->cur)
+        return sbx_error_set(&r->err, ENOMEM, "allocate path");
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(u->done, i), "path")),
+                   u->cur) == 0)
+            return sbx_error_set(&r->err, EEXIST,
+                                 "you cannot upload multiple files to the same path '%s' in one "
+                                 "upload request, only the first specified file was uploaded",
+                                 u->cur);
+    return sbx_ufs_writer_begin(sbx_e2b_fs_slash(), &u->cred, u->cur, &r->w, &r->err);
+}
+
+/* The current file is whole: renamed into place as the user, and listed in the answer. */
+static int file_end(struct upload *u)
+{
+    struct hreq *r = u->r;
+    uint64_t size = 0;
+    int rc;
+
+    if (!r->w)
+        return sbx_error_set(&r->err, EIO, "no file open");
+    rc = sbx_ufs_writer_commit(&u->cred, TAKE_PTR(r->w), &size, &r->err);
+    if (rc < 0)
+        return rc;
+    if (json_array_append_new(u->done, json_pack("{s:s, s:s, s:s}", "path", u->cur, "name",
+                                                 strrchr(u->cur, '/') + 1, "type", "file")) < 0)
+        return sbx_error_set(&r->err, ENOMEM, "allocate answer");
+    return 0;
+}
+
+static int part_begin(void *cls, const char *filename, struct sbx_error *err)
+{
+    struct upload *u = cls;
+    int rc = file_begin(u, filename);
+
+    if (rc < 0)
+        *err = u->r->err;
+    return rc;
+}
+
+static int part_end(void *cls, struct sbx_error *err)
+{
+    struct upload *u = cls;
+    int rc = file_end(u);
+
+    if (rc < 0)
+        *err = u->r->err;
+    return rc;
+}
+
+static int part_data(void *cls, const char *data, size_t len, struct sbx_error *err)
+{
+    struct upload *u = cls;
+
+    return sbx_fs_writer_write(u->r->w, data, len, err);
+}
+
+static const struct sbx_multipart_parts parts = {part_begin, part_end};
+
+/* Refuses the upload: what it wrote so far goes, the answer waits for the body's end. */
+static enum MHD_Result refuse(struct hctx *c, unsigned status, const char *msg)
+{
+    sbx_http_upload_release(c->r);
+    return sbx_e2b_respond_plain_error(c, status, msg);
+}
+
+/* Checks the request and sets up what its body goes into; false when answered (*ret). */
+static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
+{
+    const char *ct = sbx_http_header(c, "Content-Type"), *path = sbx_http_arg(c, "path");
+    const char *enc = sbx_http_header(c, "Content-Encoding"), *cl = sbx_http_header(c,
+                                                                                    "Content-Length");
+    char boundary[SBX_MULTIPART_BOUNDARY_MAX + 1], msg[320];
+    uint64_t max = sbx_e2b_fs_max_upload();
+    struct hreq *r = c->r;
+    struct upload *u;
+    int rc = 0;
+
+    if (!sbx_e2b_authorized(c, ret))
+        return false;
+    if (!(u = calloc(1, sizeof(*u))) || !(u->done = json_array())) {
+        free(u);
+        *ret = MHD_NO;
+        return false;
+    }
+    u->r = r;
+    u->srv = sbx_e2b_of(c);
+    r->state = u;
+    r->state_drop = upload_drop;
+    if (!user_of(c, &u->user, ret))
+        return false;
+    sbx_e2b_cred_of(&u->user, &u->cred);
+    if (max && cl && strtoull(cl, NULL, 10) > max) {
+        snprintf(msg, sizeof(msg), "body larger than %llu bytes", (unsigned long long)max);
+        return *ret = refuse(c, 413, msg), false;
+    }
+    if (enc && enc[0] && strcasecmp(enc, "identity") != 0) {
+        snprintf(msg, sizeof(msg), "unsupported Content-Encoding: %.64s", enc);
+        return *ret = refuse(c, 400, msg), false;
+    }
+    if (path && path[0] && (rc = sbx_e2b_fs_resolve(u->srv, &u->user, path, &u->path, &r->err)) < 0)
+        return *ret = refuse(c, 400, r->err.msg), false;
+    if (ct && strncasecmp(ct, "application/octet-stream", 24) == 0) {
+        if (!u->path)
+            return *ret = refuse(c, 400, "path query parameter is required for raw body upload"),
+                   false;
+        rc = file_begin(u, "");
+    } else if (sbx_multipart_boundary(ct, boundary) == 0) {
+        rc = sbx_multipart_new(boundary, part_data, u, &r->mp, &r->err);
+        if (rc == 0)
+            sbx_multipart_set_parts(r->mp, &parts);
+    } else {
+        snprintf(msg, sizeof(msg),
+                 "unsupported content type: %.64s, expected multipart/form-data (with a "
+                 "boundary) or application/octet-stream",
+                 ct ? ct : "");
+        return *ret = refuse(c, 400, msg), false;
+    }
+    if (rc < 0)
+        return *ret = refuse(c, status_of(rc), r->err.msg), false;
+    return true;
+}
+
+static enum MHD_Result upload_finish(struct hctx *c)
+{
+    struct hreq *r = c->r;
+    struct upload *u = r->state;
+    int rc = r->mp ? sbx_multipart_finish(r->mp, &r->err) : file_end(u);
+
+    if (rc < 0)
+        return refuse(c, status_of(rc), r->err.msg);
+    return sbx_http_respond_json(c, 200, json_incref(u->done));
+}
+
+static enum MHD_Result post_file(struct hctx *c)
+{
+    struct hreq *r = c->r;
+    size_t n = *c->upload_data_size;
+    uint64_t max = sbx_e2b_fs_max_upload();
+    enum MHD_Result ret;
+    int rc;
+
+    if (!r->began) {
+        r->began = true;
+        if (!upload_begin(c, &ret))
+            return ret;
+    }
+    if (n == 0)
+        return upload_finish(c);
+    *c->upload_data_size = 0;
+    r->received += n;
+    sbx_metrics_bytes_in(n);
+    if (max && r->received > max)
+        return refuse(c, 413, "upload body too large");
+    rc = r->mp ? sbx_multipart_feed(r->mp, c->upload_data, n, &r->err)
+               : sbx_fs_writer_write(r->w, c->upload_data, n, &r->err);
+    if (rc < 0)
+        return refuse(c, status_of(rc), r->err.msg);
+    return MHD_YES;
+}
+
+enum MHD_Result sbx_e2b_files_route(struct hctx *c)
+{
+    if (strcmp(c->method, "POST") == 0)
+        return post_file(c);
+    return get_file(c);
+}
