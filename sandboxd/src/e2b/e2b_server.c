@@ -17,6 +17,7 @@
 
 #include "auth.h"
 #include "cleanup.h"
+#include "e2b_fs.h"
 #include "http_request.h"
 #include "http_server.h"
 #include "log.h"
@@ -30,6 +31,7 @@ static const struct {
     const size_t *n;
 } services[] = {
     {sbx_e2b_process_methods, &sbx_e2b_process_n_methods},
+    {sbx_e2b_fs_methods, &sbx_e2b_fs_n_methods},
 };
 
 const struct sbx_e2b_method *sbx_e2b_method_find(const char *path)
@@ -311,6 +313,7 @@ static const struct route routes[] = {
     {"/envs", "GET", route_envs, ROUTE_OPEN},
     {"/process.Process/", "POST GET", sbx_e2b_connect_route, ROUTE_OPEN},
     {"/filesystem.Filesystem/", "POST GET", sbx_e2b_connect_route, ROUTE_OPEN},
+    {"/files", "GET HEAD POST", sbx_e2b_files_route, ROUTE_OPEN},
     {"/", "GET HEAD POST PUT DELETE PATCH OPTIONS", route_none, ROUTE_OPEN},
 };
 
