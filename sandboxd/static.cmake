@@ -45,15 +45,16 @@ add_executable(sandboxd-static src/main.c)
 target_compile_options(sandboxd-static PRIVATE ${SBX_WARNINGS} ${SBX_HARDENING})
 target_compile_definitions(sandboxd-static PRIVATE SANDBOXD_VERSION="${PROJECT_VERSION}")
 target_include_directories(sandboxd-static PRIVATE
+  $<TARGET_PROPERTY:sbx_e2b,INTERFACE_INCLUDE_DIRECTORIES>
   $<TARGET_PROPERTY:sbx_grpc,INTERFACE_INCLUDE_DIRECTORIES>
   $<TARGET_PROPERTY:sbx_http,INTERFACE_INCLUDE_DIRECTORIES>
   $<TARGET_PROPERTY:sbx_core,INTERFACE_INCLUDE_DIRECTORIES>
   $<TARGET_PROPERTY:sbx_proto,INTERFACE_INCLUDE_DIRECTORIES>
   $<TARGET_PROPERTY:sbx_common,INTERFACE_INCLUDE_DIRECTORIES>)
 # Our own libraries by file, so that the shared libraries their targets carry stay off the link.
-add_dependencies(sandboxd-static sbx_grpc sbx_http sbx_core sbx_proto sbx_common)
+add_dependencies(sandboxd-static sbx_e2b sbx_grpc sbx_http sbx_core sbx_proto sbx_common)
 target_link_libraries(sandboxd-static PRIVATE
-  $<TARGET_FILE:sbx_grpc> $<TARGET_FILE:sbx_http> $<TARGET_FILE:sbx_proto>
+  $<TARGET_FILE:sbx_e2b> $<TARGET_FILE:sbx_grpc> $<TARGET_FILE:sbx_http> $<TARGET_FILE:sbx_proto>
   $<TARGET_FILE:sbx_core> $<TARGET_FILE:sbx_common> ${SBX_MHD_STATIC} ${SBX_STATIC_LIBS} -lstdc++ -lm -pthread)
 target_link_options(sandboxd-static PRIVATE -static -Wl,--gc-sections -s
   -Wl,-Map=${CMAKE_CURRENT_BINARY_DIR}/sandboxd-static.map)
