@@ -54,6 +54,14 @@ def test_write_read_exists_info(sandbox, tmp):
     assert e.symlink_target == p and e.permissions.startswith("L")
 
 
+def test_gzip(sandbox, tmp):
+    p = str(tmp / "z" / "gz.txt")
+    text = "compressible " * 10000
+    info = sandbox.files.write(p, text, gzip=True)
+    assert info.path == p and (tmp / "z" / "gz.txt").read_text() == text
+    assert sandbox.files.read(p, gzip=True) == text
+
+
 def test_write_files_several_at_once(sandbox, tmp):
     from e2b.sandbox.filesystem.filesystem import WriteEntry
     infos = sandbox.files.write_files([
@@ -306,7 +314,15 @@ def test_curl_bad_input(daemon, tmp):
         (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
           "Content-Encoding: br", "--data-binary", "x", f"{u}?path={tmp}/t"], 400,
          "Content-Encoding"),
+        (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
+          "Content-Encoding: gzip", "--data-binary", "not gzip", f"{u}?path={tmp}/t"], 400,
+         "error decompressing"),
+        (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
+          "Content-Encoding: gzip", "--data-binary", "@" + str(tmp / "cut.gz"),
+          f"{u}?path={tmp}/t"], 400, "unexpected end of gzip data"),
     ]
+    import gzip
+    (tmp / "cut.gz").write_bytes(gzip.compress(b"x" * 100000)[:-20])
     for args, status, words in cases:
         got, body = curl(daemon, *args)
         assert got == status, (args, got, body)

@@ -4,8 +4,9 @@
  * each "file" part's filename; the user by `username` (else the Authorization header's, else
  * the default one). Every file is opened, created and renamed into place as that user
  * (core/userfs.h), so their permissions decide and what is written is theirs. Uploads stream:
- * a multipart body through the incremental parser, each part into its own temp file; nothing
- * is held in memory but the answer's list. Errors are envd's JSON ({"code","message"}). */
+ * a multipart body through the incremental parser, each part into its own temp file; a gzip
+ * body (Content-Encoding, as the SDK sends with gzip=True) inflated as it comes; nothing is
+ * held in memory but the answer's list. Errors are envd's JSON ({"code","message"}). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <jansson.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "cleanup.h"
 #include "e2b_fs_internal.h"
@@ -24,7 +26,8 @@
 #include "metrics.h"
 #include "utf8.h"
 
-#define MAX_FILES 1000 /* "file" parts in one upload */
+#define MAX_FILES 1000       /* "file" parts in one upload */
+#define INFLATE_BLOCK (64 * 1024) /* what a gzip body is inflated into at a time */
 
 /* One upload's state (hreq.state); the writer and the parser are the request's (r->w, r->mp),
  * released with it. */
@@ -36,7 +39,11 @@ struct upload {
     char *path;   /* the query's, resolved; NULL: each part's filename */
     char *cur;    /* the file being written */
     json_t *done; /* envd's EntryInfo of each file written */
-    unsigned status; /* of the failure in r->err */
+    /* a gzip body: the inflater and its output; z_end once a member ended */
+    z_stream *z;
+    unsigned char *zout;
+    bool z_end;
+    uint64_t inflated; /* bytes out of the inflater, bounded as the body is */
 };
 
 static void upload_drop(void *state)
@@ -46,6 +53,10 @@ static void upload_drop(void *state)
     free(u->path);
     free(u->cur);
     json_decref(u->done);
+    if (u->z)
+        inflateEnd(u->z);
+    free(u->z);
+    free(u->zout);
     free(u);
 }
 
@@ -238,6 +249,65 @@ static int part_data(void *cls, const char *data, size_t len, struct sbx_error *
 
 static const struct sbx_multipart_parts parts = {part_begin, part_end};
 
+/* Where the body's (inflated) bytes go: the parser, or the one file of a raw upload. */
+static int sink(struct upload *u, const char *p, size_t n)
+{
+    struct hreq *r = u->r;
+
+    if (r->mp)
+        return sbx_multipart_feed(r->mp, p, n, &r->err);
+    if (!r->w)
+        return sbx_error_set(&r->err, EIO, "no file open");
+    return sbx_fs_writer_write(r->w, p, n, &r->err);
+}
+
+static int gzip_begin(struct upload *u)
+{
+    u->z = calloc(1, sizeof(*u->z));
+    u->zout = malloc(INFLATE_BLOCK);
+    /* 16 + MAX_WBITS: a gzip header and trailer, as Go's gzip.Reader reads them. */
+    if (!u->z || !u->zout || inflateInit2(u->z, 16 + MAX_WBITS) != Z_OK) {
+        free(u->z);
+        u->z = NULL;
+        return sbx_error_set(&u->r->err, ENOMEM, "allocate gzip reader");
+    }
+    return 0;
+}
+
+/* Inflates n bytes of a gzip body into the sink; several members follow one another. */
+static int gzip_feed(struct upload *u, const char *p, size_t n)
+{
+    uint64_t max = sbx_e2b_fs_max_upload();
+    z_stream *z = u->z;
+
+    z->next_in = (unsigned char *)p;
+    z->avail_in = (uInt)n;
+    while (z->avail_in) {
+        int zr, rc;
+        size_t out;
+        if (u->z_end) {
+            inflateReset(z);
+            u->z_end = false;
+        }
+        z->next_out = u->zout;
+        z->avail_out = INFLATE_BLOCK;
+        zr = inflate(z, Z_NO_FLUSH);
+        if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR)
+            return sbx_error_set(&u->r->err, EINVAL, "error decompressing request body: %s",
+                                 z->msg ? z->msg : "invalid gzip data");
+        out = INFLATE_BLOCK - z->avail_out;
+        u->inflated += out;
+        if (max && u->inflated > max)
+            return sbx_error_set(&u->r->err, EFBIG, "upload body too large once decompressed");
+        if (out && (rc = sink(u, (const char *)u->zout, out)) < 0)
+            return rc;
+        u->z_end = zr == Z_STREAM_END;
+        if (zr == Z_BUF_ERROR && !out)
+            break; /* needs more input */
+    }
+    return 0;
+}
+
 /* Refuses the upload: what it wrote so far goes, the answer waits for the body's end. */
 static enum MHD_Result refuse(struct hctx *c, unsigned status, const char *msg)
 {
@@ -276,8 +346,12 @@ static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
         return *ret = refuse(c, 413, msg), false;
     }
     if (enc && enc[0] && strcasecmp(enc, "identity") != 0) {
-        snprintf(msg, sizeof(msg), "unsupported Content-Encoding: %.64s", enc);
-        return *ret = refuse(c, 400, msg), false;
+        if (strcasecmp(enc, "gzip") != 0) {
+            snprintf(msg, sizeof(msg), "unsupported Content-Encoding: %.64s", enc);
+            return *ret = refuse(c, 400, msg), false;
+        }
+        if (gzip_begin(u) < 0)
+            return *ret = refuse(c, 500, r->err.msg), false;
     }
     if (path && path[0] && (rc = sbx_e2b_fs_resolve(u->srv, &u->user, path, &u->path, &r->err)) < 0)
         return *ret = refuse(c, 400, r->err.msg), false;
@@ -306,7 +380,13 @@ static enum MHD_Result upload_finish(struct hctx *c)
 {
     struct hreq *r = c->r;
     struct upload *u = r->state;
-    int rc = r->mp ? sbx_multipart_finish(r->mp, &r->err) : file_end(u);
+    int rc = 0;
+
+    if (u->z && !u->z_end)
+        rc = sbx_error_set(&r->err, EINVAL,
+                           "error decompressing request body: unexpected end of gzip data");
+    if (rc == 0)
+        rc = r->mp ? sbx_multipart_finish(r->mp, &r->err) : file_end(u);
 
     if (rc < 0)
         return refuse(c, status_of(rc), r->err.msg);
@@ -318,6 +398,7 @@ static enum MHD_Result post_file(struct hctx *c)
     struct hreq *r = c->r;
     size_t n = *c->upload_data_size;
     uint64_t max = sbx_e2b_fs_max_upload();
+    struct upload *u;
     enum MHD_Result ret;
     int rc;
 
@@ -328,13 +409,13 @@ static enum MHD_Result post_file(struct hctx *c)
     }
     if (n == 0)
         return upload_finish(c);
+    u = r->state;
     *c->upload_data_size = 0;
     r->received += n;
     sbx_metrics_bytes_in(n);
     if (max && r->received > max)
         return refuse(c, 413, "upload body too large");
-    rc = r->mp ? sbx_multipart_feed(r->mp, c->upload_data, n, &r->err)
-               : sbx_fs_writer_write(r->w, c->upload_data, n, &r->err);
+    rc = u->z ? gzip_feed(u, c->upload_data, n) : sink(u, c->upload_data, n);
     if (rc < 0)
         return refuse(c, status_of(rc), r->err.msg);
     return MHD_YES;
