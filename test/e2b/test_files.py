@@ -62,6 +62,12 @@ def test_gzip(sandbox, tmp):
     assert sandbox.files.read(p, gzip=True) == text
 
 
+def test_metadata_is_refused_plainly(sandbox, tmp):
+    with pytest.raises(InvalidArgumentException, match="metadata"):
+        sandbox.files.write(str(tmp / "m"), "x", metadata={"k": "v"})
+    assert not (tmp / "m").exists()
+
+
 def test_write_files_several_at_once(sandbox, tmp):
     from e2b.sandbox.filesystem.filesystem import WriteEntry
     infos = sandbox.files.write_files([
@@ -314,6 +320,8 @@ def test_curl_bad_input(daemon, tmp):
         (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
           "Content-Encoding: br", "--data-binary", "x", f"{u}?path={tmp}/t"], 400,
          "Content-Encoding"),
+        (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H", "X-Metadata-K: v",
+          "--data-binary", "x", f"{u}?path={tmp}/t"], 400, "metadata"),
         (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
           "Content-Encoding: gzip", "--data-binary", "not gzip", f"{u}?path={tmp}/t"], 400,
          "error decompressing"),

@@ -315,6 +315,18 @@ static enum MHD_Result refuse(struct hctx *c, unsigned status, const char *msg)
     return sbx_e2b_respond_plain_error(c, status, msg);
 }
 
+static enum MHD_Result find_metadata(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (strncasecmp(key, "X-Metadata-", 11) == 0) {
+        *(bool *)cls = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
 /* Checks the request and sets up what its body goes into; false when answered (*ret). */
 static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
 {
@@ -325,6 +337,7 @@ static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
     uint64_t max = sbx_e2b_fs_max_upload();
     struct hreq *r = c->r;
     struct upload *u;
+    bool metadata = false;
     int rc = 0;
 
     if (!sbx_e2b_authorized(c, ret))
@@ -353,6 +366,11 @@ static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
         if (gzip_begin(u) < 0)
             return *ret = refuse(c, 500, r->err.msg), false;
     }
+    /* envd keeps X-Metadata-* as extended attributes; said plainly rather than dropped. */
+    MHD_get_connection_values(c->conn, MHD_HEADER_KIND, find_metadata, &metadata);
+    if (metadata)
+        return *ret = refuse(c, 400, "file metadata (X-Metadata-* headers) is not supported"),
+               false;
     if (path && path[0] && (rc = sbx_e2b_fs_resolve(u->srv, &u->user, path, &u->path, &r->err)) < 0)
         return *ret = refuse(c, 400, r->err.msg), false;
     if (ct && strncasecmp(ct, "application/octet-stream", 24) == 0) {
