@@ -17,8 +17,7 @@
  * this holds is named by its number. */
 #define PWBUF_SIZE (16 * 1024)
 
-int sbx_cred_lookup(const char *name, struct sbx_cred *ret, char **ret_home,
-                    struct sbx_error *err)
+int sbx_cred_lookup(const char *name, struct sbx_cred *ret, char **ret_home, struct sbx_error *err)
 {
     _cleanup_free_ char *buf = malloc(PWBUF_SIZE);
     struct passwd pw, *found = NULL;
@@ -94,8 +93,7 @@ int sbx_cred_enter(const struct sbx_cred *c, struct sbx_cred_saved *saved, struc
         r = -EPERM;
     if (r < 0) {
         sbx_cred_leave(saved);
-        return sbx_error_set(err, -r, "cannot act as uid %u: %s", (unsigned)c->uid,
-                             strerror(-r));
+        return sbx_error_set(err, -r, "cannot act as uid %u: %s", (unsigned)c->uid, strerror(-r));
     }
     return 0;
 }

@@ -26,8 +26,7 @@ struct sbx_cred {
 /* Looks name up in the user database: uid, primary group, supplementary groups (at most
  * SBX_CRED_MAX_GROUPS; more is -E2BIG) and, when ret_home is not NULL, the home directory
  * (malloc'ed). -ENOENT for an unknown user. */
-int sbx_cred_lookup(const char *name, struct sbx_cred *ret, char **ret_home,
-                    struct sbx_error *err);
+int sbx_cred_lookup(const char *name, struct sbx_cred *ret, char **ret_home, struct sbx_error *err);
 
 /* What a thread had before sbx_cred_enter, to go back to. */
 struct sbx_cred_saved {

@@ -73,15 +73,9 @@ void sbx_ufs_mode_string(mode_t m, char out[16])
         bool on;
         char c;
     } kinds[] = {
-        {S_ISDIR(m), 'd'},
-        {S_ISLNK(m), 'L'},
-        {S_ISBLK(m) || S_ISCHR(m), 'D'},
-        {S_ISFIFO(m), 'p'},
-        {S_ISSOCK(m), 'S'},
-        {(m & S_ISUID) != 0, 'u'},
-        {(m & S_ISGID) != 0, 'g'},
-        {S_ISCHR(m), 'c'},
-        {(m & S_ISVTX) != 0, 't'},
+        {S_ISDIR(m), 'd'},         {S_ISLNK(m), 'L'},  {S_ISBLK(m) || S_ISCHR(m), 'D'},
+        {S_ISFIFO(m), 'p'},        {S_ISSOCK(m), 'S'}, {(m & S_ISUID) != 0, 'u'},
+        {(m & S_ISGID) != 0, 'g'}, {S_ISCHR(m), 'c'},  {(m & S_ISVTX) != 0, 't'},
     };
     size_t w = 0;
 
@@ -189,8 +183,7 @@ static void names_free(char **names, size_t n)
 }
 
 /* The names in directory at, sorted; -errno (err set only for the first level's failures). */
-static int read_names(struct walk *w, const char *at, const char *shown, char ***ret,
-                      size_t *ret_n)
+static int read_names(struct walk *w, const char *at, const char *shown, char ***ret, size_t *ret_n)
 {
     DIR *d = opendir(at);
     char **names = NULL;
@@ -293,8 +286,7 @@ int sbx_ufs_list(const struct sbx_cred *c, const char *path, unsigned depth,
         if (errno == ENOENT)
             return sbx_error_set(err, ENOENT, "path not found: '%s'", path);
         if (errno == ELOOP)
-            return sbx_error_set(err, ELOOP, "cyclic symlink or chain >255 links at '%s'",
-                                 path);
+            return sbx_error_set(err, ELOOP, "cyclic symlink or chain >255 links at '%s'", path);
         return sbx_error_set(err, errno, "resolve '%s': %s", path, strerror(errno));
     }
     if (stat(real, &st) < 0)
@@ -358,9 +350,9 @@ int sbx_ufs_remove(const struct sbx_root *slash, const struct sbx_cred *c, const
         return sbx_error_set(err, EBUSY, "refusing to remove '/'");
     AS_USER(c, err);
     if (lstat(path, &st) < 0)
-        return errno == ENOENT ? 0
-                               : sbx_error_set(err, errno, "error removing '%s': %s", path,
-                                               strerror(errno));
+        return errno == ENOENT
+                   ? 0
+                   : sbx_error_set(err, errno, "error removing '%s': %s", path, strerror(errno));
     return sbx_fs_delete(slash, path, true, err);
 }
 
@@ -391,8 +383,7 @@ int sbx_ufs_open_read(const struct sbx_cred *c, const char *path, struct stat *s
 /* Network and FUSE file systems, whose changes inotify may not see (envd's list). */
 static bool network_fs(long type)
 {
-    static const long magics[] = {0x6969, (long)0xFF534D42, 0x517B, (long)0xFE534D42,
-                                  0x65735546};
+    static const long magics[] = {0x6969, (long)0xFF534D42, 0x517B, (long)0xFE534D42, 0x65735546};
 
     for (size_t i = 0; i < SBX_ARRAY_SIZE(magics); i++)
         if ((type & 0xFFFFFFFFL) == (magics[i] & 0xFFFFFFFFL))
@@ -416,13 +407,12 @@ int sbx_ufs_check_dir(const struct sbx_cred *c, const char *path, bool network_o
         return sbx_error_set(err, errno, "open '%s': %s", path, strerror(errno));
     }
     if (!network_ok && fstatfs(fd, &sf) == 0 && network_fs((long)sf.f_type))
-        return sbx_error_set(err, EREMOTE, "cannot watch path on network filesystem: '%s'",
-                             path);
+        return sbx_error_set(err, EREMOTE, "cannot watch path on network filesystem: '%s'", path);
     return 0;
 }
 
-int sbx_ufs_writer_begin(const struct sbx_root *slash, const struct sbx_cred *c,
-                         const char *path, struct sbx_fs_writer **ret, struct sbx_error *err)
+int sbx_ufs_writer_begin(const struct sbx_root *slash, const struct sbx_cred *c, const char *path,
+                         struct sbx_fs_writer **ret, struct sbx_error *err)
 {
     struct stat st;
     mode_t mode = 0644;

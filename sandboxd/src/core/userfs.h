@@ -33,7 +33,7 @@ struct sbx_ufs_entry {
     char *path; /* as asked, or beneath the listed directory as asked */
     enum sbx_ufs_type type;
     int64_t size;
-    uint32_t mode;       /* permission bits (0777) */
+    uint32_t mode;        /* permission bits (0777) */
     char permissions[16]; /* as Go formats a FileMode: "-rw-r--r--", "drwxr-xr-x", "Lrwxrwxrwx" */
     char owner[SBX_UFS_NAME_MAX], group[SBX_UFS_NAME_MAX];
     struct timespec mtime;
@@ -94,7 +94,7 @@ int sbx_ufs_check_dir(const struct sbx_cred *c, const char *path, bool network_o
 /* An upload written as the user (files.h's writer: a temp file next to the target renamed over
  * it; missing parents created, the user's; 0644, or the permission bits of the file it
  * replaces). */
-int sbx_ufs_writer_begin(const struct sbx_root *slash, const struct sbx_cred *c,
-                         const char *path, struct sbx_fs_writer **ret, struct sbx_error *err);
+int sbx_ufs_writer_begin(const struct sbx_root *slash, const struct sbx_cred *c, const char *path,
+                         struct sbx_fs_writer **ret, struct sbx_error *err);
 int sbx_ufs_writer_commit(const struct sbx_cred *c, struct sbx_fs_writer *w, uint64_t *size,
                           struct sbx_error *err);

@@ -26,7 +26,7 @@
 #include "metrics.h"
 #include "utf8.h"
 
-#define MAX_FILES 1000       /* "file" parts in one upload */
+#define MAX_FILES     1000        /* "file" parts in one upload */
 #define INFLATE_BLOCK (64 * 1024) /* what a gzip body is inflated into at a time */
 
 /* One upload's state (hreq.state); the writer and the parser are the request's (r->w, r->mp),
@@ -164,10 +164,10 @@ static enum MHD_Result get_file(struct hctx *c)
     if (fd < 0)
         return sbx_e2b_respond_plain_error(c, status_of(fd), err.msg);
     disp = disposition(strrchr(abs, '/') + 1);
-    return sbx_http_send_file_with(
-        c, fd, &st,
-        (const char *const[]){"Content-Disposition", disp ? disp : "inline", "Vary",
-                              "Accept-Encoding", NULL});
+    return sbx_http_send_file_with(c, fd, &st,
+                                   (const char *const[]){"Content-Disposition",
+                                                         disp ? disp : "inline", "Vary",
+                                                         "Accept-Encoding", NULL});
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -331,8 +331,8 @@ static enum MHD_Result find_metadata(void *cls, enum MHD_ValueKind kind, const c
 static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
 {
     const char *ct = sbx_http_header(c, "Content-Type"), *path = sbx_http_arg(c, "path");
-    const char *enc = sbx_http_header(c, "Content-Encoding"), *cl = sbx_http_header(c,
-                                                                                    "Content-Length");
+    const char *enc = sbx_http_header(c, "Content-Encoding"),
+               *cl = sbx_http_header(c, "Content-Length");
     char boundary[SBX_MULTIPART_BOUNDARY_MAX + 1], msg[320];
     uint64_t max = sbx_e2b_fs_max_upload();
     struct hreq *r = c->r;

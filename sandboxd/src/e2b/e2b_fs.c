@@ -20,8 +20,7 @@
 
 struct e2b_fs_state sbx_e2b_fs_state;
 
-int sbx_e2b_fs_setup(struct sbx_loop *loop, const struct sbx_e2b_fs_opts *o,
-                     struct sbx_error *err)
+int sbx_e2b_fs_setup(struct sbx_loop *loop, const struct sbx_e2b_fs_opts *o, struct sbx_error *err)
 {
     struct e2b_fs_state *g = &sbx_e2b_fs_state;
     struct sbx_fswatches_opts wo = {
@@ -326,10 +325,10 @@ static const Filesystem__WatchDirResponse keepalive = {
     {.keepalive = (Filesystem__WatchDirResponse__KeepAlive *)&keepalive_event},
 };
 
-#define METHOD(name, req, resp, fn)                                                                \
+#define METHOD(name, req, resp, handler)                                                           \
     {                                                                                              \
-        "/filesystem.Filesystem/" name, &filesystem__##req##__descriptor,                          \
-            &filesystem__##resp##__descriptor, false, fn, NULL, false                              \
+        .path = "/filesystem.Filesystem/" name, .in = &filesystem__##req##__descriptor,            \
+        .out = &filesystem__##resp##__descriptor, .fn = handler,                                   \
     }
 
 const struct sbx_e2b_method sbx_e2b_fs_methods[] = {
@@ -338,9 +337,12 @@ const struct sbx_e2b_method sbx_e2b_fs_methods[] = {
     METHOD("Move", move_request, move_response, fs_move),
     METHOD("ListDir", list_dir_request, list_dir_response, fs_list_dir),
     METHOD("Remove", remove_request, remove_response, fs_remove),
-    {"/filesystem.Filesystem/WatchDir", &filesystem__watch_dir_request__descriptor,
-     &filesystem__watch_dir_response__descriptor, true, sbx_e2b_fs_watch_dir, &keepalive.base,
-     false},
+    {.path = "/filesystem.Filesystem/WatchDir",
+     .in = &filesystem__watch_dir_request__descriptor,
+     .out = &filesystem__watch_dir_response__descriptor,
+     .server_streaming = true,
+     .fn = sbx_e2b_fs_watch_dir,
+     .keepalive = &keepalive.base},
     METHOD("CreateWatcher", create_watcher_request, create_watcher_response,
            sbx_e2b_fs_create_watcher),
     METHOD("GetWatcherEvents", get_watcher_events_request, get_watcher_events_response,

@@ -19,16 +19,15 @@ struct hctx;
 struct sbx_loop;
 
 struct sbx_e2b_fs_opts {
-    size_t max_watches;     /* WatchDir streams and polling watchers at once */
-    size_t max_dirs;        /* inotify watches (directories) of all of them */
-    size_t queue_events;    /* events a watch keeps for its reader */
-    uint64_t keepalive_ms;  /* a waiting WatchDir stream is looked at this often */
-    uint64_t max_upload;    /* bytes of one POST /files body (0: no bound) */
+    size_t max_watches;    /* WatchDir streams and polling watchers at once */
+    size_t max_dirs;       /* inotify watches (directories) of all of them */
+    size_t queue_events;   /* events a watch keeps for its reader */
+    uint64_t keepalive_ms; /* a waiting WatchDir stream is looked at this often */
+    uint64_t max_upload;   /* bytes of one POST /files body (0: no bound) */
 };
 
 /* Makes the state; its watches' timer runs on loop. 0 or -errno. */
-int sbx_e2b_fs_setup(struct sbx_loop *loop, const struct sbx_e2b_fs_opts *o,
-                     struct sbx_error *err);
+int sbx_e2b_fs_setup(struct sbx_loop *loop, const struct sbx_e2b_fs_opts *o, struct sbx_error *err);
 /* The daemon stops: every watch ends (streams fail unavailable). On the loop thread. */
 void sbx_e2b_fs_shutdown(void);
 /* After the E2B server stopped; on the loop thread. Accepts a state never made. */

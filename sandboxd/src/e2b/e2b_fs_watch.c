@@ -80,8 +80,7 @@ static Filesystem__EventType type_of(enum sbx_fsev_kind k)
 /* Hands envd's events for ev to fn (one, two for a rename, none for the daemon's own kinds);
  * stops at fn's first failure and returns it. */
 static int each_event(const struct sbx_fsev *ev, const char *dir, bool include,
-                      const struct sbx_cred *cred, int (*fn)(void *, struct pb_event *),
-                      void *arg)
+                      const struct sbx_cred *cred, int (*fn)(void *, struct pb_event *), void *arg)
 {
     Filesystem__EventType t = type_of(ev->kind);
     struct pb_event p;
@@ -139,12 +138,12 @@ static struct sbx_fswatch *open_watch(struct sbx_e2b_call *c, const char *path, 
 /* ------------------------------------------------------------------------------------------ */
 /* WatchDir: a stream fed from the watch's log. It is pumped by whoever may have news: the
  * handler, the watch's waiter (the loop thread: an event, the end, or the keepalive period)
- * and the call's drain callback (a full stream emptied). A client that went away is seen at
- * the next of these, at the latest after the keepalive period, and the watch closed. */
+ * and the call's drain callback (a full stream emptied). The call's gone callback closes the
+ * watch as soon as the request is over. */
 
 struct wstream {
     pthread_mutex_t lock;
-    int refs;                  /* the stream's, the armed waiter's, the armed drain's */
+    int refs; /* the stream's, the armed waiter's, the armed drain's, the gone callback's */
     struct sbx_e2b_call *call; /* referenced */
     struct sbx_fswatch *w;     /* NULL once closed */
     struct sbx_fswatch_waiter wt;
@@ -174,6 +173,18 @@ static bool close_locked(struct wstream *s)
     sbx_fswatch_close(s->w);
     s->w = NULL;
     return true;
+}
+
+/* The watch goes now (from any thread but under no lock of the stream's). */
+static void close_stream(struct wstream *s)
+{
+    bool drop;
+
+    pthread_mutex_lock(&s->lock);
+    drop = close_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (drop)
+        wstream_unref(s);
 }
 
 static int send_event(void *arg, struct pb_event *p)
@@ -256,10 +267,20 @@ static void drained(void *arg)
     wstream_unref(s); /* the drain's */
 }
 
+/* The request is over (the client went, or the end was sent): the watch goes. */
+static void stream_gone(void *arg)
+{
+    struct wstream *s = arg;
+
+    close_stream(s);
+    wstream_unref(s); /* the gone callback's */
+}
+
 void sbx_e2b_fs_watch_dir(struct sbx_e2b_call *c, const ProtobufCMessage *req)
 {
     const Filesystem__WatchDirRequest *q = (const Filesystem__WatchDirRequest *)req;
-    Filesystem__WatchDirResponse__StartEvent start = FILESYSTEM__WATCH_DIR_RESPONSE__START_EVENT__INIT;
+    Filesystem__WatchDirResponse__StartEvent start =
+        FILESYSTEM__WATCH_DIR_RESPONSE__START_EVENT__INIT;
     Filesystem__WatchDirResponse m = FILESYSTEM__WATCH_DIR_RESPONSE__INIT;
     struct wstream *s = calloc(1, sizeof(*s));
     char *abs = NULL;
@@ -274,21 +295,20 @@ void sbx_e2b_fs_watch_dir(struct sbx_e2b_call *c, const ProtobufCMessage *req)
         return;
     }
     pthread_mutex_init(&s->lock, NULL);
-    s->refs = 1;
+    /* The stream's, the gone callback's (which may run at once) and this handler's. */
+    s->refs = 3;
     s->call = sbx_e2b_call_ref(c);
     s->dir = abs;
     s->include = q->include_entry;
     s->wt.fn = woken;
+    sbx_e2b_call_on_gone(c, stream_gone, s);
     m.event_case = FILESYSTEM__WATCH_DIR_RESPONSE__EVENT_START;
     m.start = &start;
-    if (sbx_e2b_call_send(c, &m.base) < 0) {
-        pthread_mutex_lock(&s->lock);
-        close_locked(s);
-        pthread_mutex_unlock(&s->lock);
-        wstream_unref(s);
-        return;
-    }
-    pump(s);
+    if (sbx_e2b_call_send(c, &m.base) == 0)
+        pump(s);
+    else
+        close_stream(s);
+    wstream_unref(s); /* the handler's */
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -35,8 +35,8 @@ static void resolves(const char *in, const char *want)
     _cleanup_free_ char *out = NULL;
     int r = sbx_ufs_resolve(in, "/home/u", &out, NULL);
 
-    ok(want ? r == 0 && strcmp(out, want) == 0 : r == -EINVAL, "resolve '%s' -> %s (want %s)",
-       in, r == 0 ? out : "error", want ? want : "error");
+    ok(want ? r == 0 && strcmp(out, want) == 0 : r == -EINVAL, "resolve '%s' -> %s (want %s)", in,
+       r == 0 ? out : "error", want ? want : "error");
 }
 
 static void mode_is(mode_t m, const char *want)
@@ -94,12 +94,11 @@ static void test_stat_list(void)
     ok(r == 0 && e.type == SBX_UFS_FILE && e.size == 5 && strcmp(e.name, "a") == 0 &&
            strcmp(e.path, at("t/a")) == 0 && strcmp(e.owner, "root") == 0 &&
            strcmp(e.permissions, "-rw-r--r--") == 0 && !e.target,
-       "stat a file: %s %s %s", r ? err.msg : e.permissions, r ? "" : e.owner,
-       r ? "" : e.group);
+       "stat a file: %s %s %s", r ? err.msg : e.permissions, r ? "" : e.owner, r ? "" : e.group);
     sbx_ufs_entry_release(&e);
     r = sbx_ufs_stat(&me, at("t/link"), &e, &err);
-    ok(r == 0 && e.type == SBX_UFS_FILE && e.permissions[0] == 'L' && e.mode == 0644 &&
-           e.target && strcmp(e.target, at("t/a")) == 0,
+    ok(r == 0 && e.type == SBX_UFS_FILE && e.permissions[0] == 'L' && e.mode == 0644 && e.target &&
+           strcmp(e.target, at("t/a")) == 0,
        "a symlink: its target's type and mode, its own permissions, the resolved target");
     sbx_ufs_entry_release(&e);
     r = sbx_ufs_stat(&me, at("t/dangling"), &e, &err);
@@ -156,8 +155,7 @@ static void test_changes(void)
     ok(sbx_ufs_move(&slash, &me, at("m/f"), at("m/h"), &e, &err) == -ENOENT,
        "move of nothing: -ENOENT");
 
-    ok(sbx_ufs_remove(&slash, &me, at("m"), &err) == 0 && lstat(at("m"), &st) < 0,
-       "remove a tree");
+    ok(sbx_ufs_remove(&slash, &me, at("m"), &err) == 0 && lstat(at("m"), &st) < 0, "remove a tree");
     ok(sbx_ufs_remove(&slash, &me, at("m"), &err) == 0, "remove nothing: no error");
     ok(sbx_ufs_remove(&slash, &me, "/", &err) == -EBUSY, "remove '/': refused");
 
@@ -215,17 +213,16 @@ static void test_other_user(void)
     write_file(at("private/secret"), "s");
     ok(sbx_ufs_stat(&nobody, at("private/secret"), &e, &err) == -EACCES,
        "nobody may not stat beneath a 0700 root dir: %s", err.msg);
-    ok(sbx_ufs_list(&nobody, at("private"), 1, &es, &n, &err) == -EACCES,
-       "nor list it: %s", err.msg);
-    ok(sbx_ufs_open_read(&nobody, at("private/secret"), &st, &err) == -EACCES,
-       "nor read in it");
+    ok(sbx_ufs_list(&nobody, at("private"), 1, &es, &n, &err) == -EACCES, "nor list it: %s",
+       err.msg);
+    ok(sbx_ufs_open_read(&nobody, at("private/secret"), &st, &err) == -EACCES, "nor read in it");
     ok(sbx_ufs_writer_begin(&slash, &nobody, at("private/new"), &w, &err) == -EACCES,
        "nor write in it: %s", err.msg);
     ok(sbx_ufs_mkdir(&slash, &nobody, at("private/d"), &e, &err) == -EACCES,
        "nor make a directory in it");
     r = sbx_ufs_remove(&slash, &nobody, at("private/secret"), &err);
-    ok(r == -EACCES && stat(at("private/secret"), &st) == 0, "nor remove what it holds: %d %s",
-       r, err.msg);
+    ok(r == -EACCES && stat(at("private/secret"), &st) == 0, "nor remove what it holds: %d %s", r,
+       err.msg);
     ok(sbx_ufs_check_dir(&nobody, at("private"), false, &err) == -EACCES, "nor watch it");
     ok(setfsuid((uid_t)-1) == 0, "the thread is itself again after each call");
 
@@ -236,8 +233,7 @@ static void test_other_user(void)
         r = sbx_fs_writer_write(w, "abc", 3, &err);
     if (r == 0)
         r = sbx_ufs_writer_commit(&nobody, w, &size, &err);
-    ok(r == 0 && stat(at("open/sub/file"), &st) == 0 && st.st_uid == nobody.uid &&
-           st.st_size == 3,
+    ok(r == 0 && stat(at("open/sub/file"), &st) == 0 && st.st_uid == nobody.uid && st.st_size == 3,
        "a file written as nobody is nobody's: %s", r ? err.msg : "");
     ok(stat(at("open/sub"), &st) == 0 && st.st_uid == nobody.uid,
        "and so is the parent made for it");
