@@ -20,7 +20,6 @@
 #include "metrics.h"
 #include "pbjson.h"
 
-
 #define STREAM_BLOCK (16 * 1024)
 #define SOFT_QUEUE   (256 * 1024)
 #define HARD_QUEUE   (8 << 20)
@@ -286,8 +285,8 @@ int sbx_e2b_call_send(struct sbx_e2b_call *c, const ProtobufCMessage *m)
             wake(c);
         }
     } else if (c->q_len - c->q_off > HARD_QUEUE) {
-        struct sbx_connect_error e = {SBX_CONNECT_RESOURCE_EXHAUSTED,
-                                      "the client reads too slowly", NULL, 0};
+        struct sbx_connect_error e = {SBX_CONNECT_RESOURCE_EXHAUSTED, "the client reads too slowly",
+                                      NULL, 0};
         finish_locked(c, &e);
         r = -ENOBUFS;
     } else {
@@ -349,8 +348,8 @@ void sbx_e2b_call_arm(struct sbx_e2b_call *c)
 
 static void timer_fired(struct sbx_timer *t)
 {
-    struct sbx_e2b_call *c = (struct sbx_e2b_call *)((char *)t - offsetof(struct sbx_e2b_call,
-                                                                          timer));
+    struct sbx_e2b_call *c =
+        (struct sbx_e2b_call *)((char *)t - offsetof(struct sbx_e2b_call, timer));
     uint64_t now = sbx_now_ms();
 
     pthread_mutex_lock(&c->lock);
