@@ -26,8 +26,8 @@ struct sbx_e2b_call {
     /* before the handler: an error found in the head, answered once the body is read */
     int early_code;
     char early_msg[256];
-    bool too_large;  /* the body passed the limit */
-    bool dispatched; /* the body was read and the call begun */
+    bool too_large;              /* the body passed the limit */
+    bool dispatched;             /* the body was read and the call begun */
     struct MHD_Connection *conn; /* NULL once the request is over */
     bool suspended, ended, gone;
     /* unary: the answer */

@@ -12,11 +12,11 @@
 struct sbx_e2b_server {
     struct sbx_http *http;
     struct sbx_e2b_opts o;
-    unsigned live_calls;      /* calls whose request is not over (atomic) */
-    pthread_mutex_t lock;     /* the fields below */
-    struct sbx_auth *token;   /* set by /init when sandboxd has none */
-    json_t *envs;             /* /init's envVars: an object of strings */
-    char default_user[64];    /* /init's defaultUser; "" for the daemon's own */
+    unsigned live_calls;       /* calls whose request is not over (atomic) */
+    pthread_mutex_t lock;      /* the fields below */
+    struct sbx_auth *token;    /* set by /init when sandboxd has none */
+    json_t *envs;              /* /init's envVars: an object of strings */
+    char default_user[64];     /* /init's defaultUser; "" for the daemon's own */
     char default_workdir[512]; /* /init's defaultWorkdir; "" for the user's home */
 };
 

@@ -274,7 +274,7 @@ static void stream_job(struct sbx_e2b_call *c, const ProtobufCMessageDescriptor 
     __atomic_add_fetch(&ps->refs, 1, __ATOMIC_RELAXED); /* the gone callback's */
     (void)sbx_e2b_call_on_gone(c, client_gone, ps);
     (void)send_event(ps, &ev);
-    pump(ps); /* finds the stream over when the start could not be sent */
+    pump(ps);     /* finds the stream over when the start could not be sent */
     ps_unref(ps); /* ours: the waiter or the drain holds it from here */
 }
 
@@ -283,8 +283,7 @@ static void stream_job(struct sbx_e2b_call *c, const ProtobufCMessageDescriptor 
 
 /* The environment: the daemon's, the user's identity, /init's variables, the request's; a name
  * set twice keeps its last value. */
-static char **build_env(struct sbx_e2b_call *c, const Process__ProcessConfig *cfg,
-                        const char *cwd)
+static char **build_env(struct sbx_e2b_call *c, const Process__ProcessConfig *cfg, const char *cwd)
 {
     const struct sbx_e2b_user *u = sbx_e2b_call_user(c);
     char **init = sbx_e2b_server_envs(sbx_e2b_call_server(c));
@@ -348,8 +347,8 @@ static bool config_valid(struct sbx_e2b_call *c, const Process__StartRequest *r)
         return false;
     }
     if (cfg->n_args > MAX_ARGS || cfg->n_envs > MAX_REQ_ENVS) {
-        sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "at most %d args and %d envs",
-                          MAX_ARGS, MAX_REQ_ENVS);
+        sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "at most %d args and %d envs", MAX_ARGS,
+                          MAX_REQ_ENVS);
         return false;
     }
     for (size_t i = 0; i < cfg->n_envs; i++)
@@ -377,14 +376,13 @@ static int open_cwd(struct sbx_e2b_call *c, const Process__ProcessConfig *cfg, c
         snprintf(path, len, "%s", cfg->cwd);
     } else {
         pthread_mutex_lock(&s->lock);
-        snprintf(path, len, "%s", s->default_workdir[0] ? s->default_workdir
-                                                         : sbx_e2b_call_user(c)->home);
+        snprintf(path, len, "%s",
+                 s->default_workdir[0] ? s->default_workdir : sbx_e2b_call_user(c)->home);
         pthread_mutex_unlock(&s->lock);
     }
     fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "cwd '%s': %s", path,
-                          strerror(errno));
+        sbx_e2b_call_fail(c, SBX_CONNECT_INVALID_ARGUMENT, "cwd '%s': %s", path, strerror(errno));
         return -1;
     }
     return fd;
@@ -716,8 +714,10 @@ static const Process__ConnectResponse connect_keepalive = {
 };
 
 #define M(name, lname, stream, f, ka, own)                                                         \
-    {"/process.Process/" name, &process__##lname##_request__descriptor,                          \
-     &process__##lname##_response__descriptor, stream, f, ka, own, false, NULL}
+    {                                                                                              \
+        "/process.Process/" name, &process__##lname##_request__descriptor,                         \
+            &process__##lname##_response__descriptor, stream, f, ka, own, false, NULL              \
+    }
 
 const struct sbx_e2b_method sbx_e2b_process_methods[] = {
     M("Start", start, true, p_start, &start_keepalive.base, true),

@@ -90,10 +90,10 @@ static enum MHD_Result begin(struct hctx *hc)
     if (!c)
         return MHD_NO;
     if (!check_head(hc, c, path)) {
-        resp = sbx_http_json_response(json_pack(
-            "{s:s, s:s}", "code", "unknown", "message",
-            "unsupported content type: application/json, application/proto, "
-            "application/connect+json or application/connect+proto"));
+        resp = sbx_http_json_response(
+            json_pack("{s:s, s:s}", "code", "unknown", "message",
+                      "unsupported content type: application/json, application/proto, "
+                      "application/connect+json or application/connect+proto"));
         if (resp)
             MHD_add_response_header(resp, "Accept-Post",
                                     "application/json, application/proto, "
@@ -119,9 +119,10 @@ static int request_message(struct hctx *hc, struct sbx_e2b_call *c, ProtobufCMes
     sbx_connect_reader_init(&rd, c->srv->o.max_message_bytes);
     r = sbx_connect_reader_feed(&rd, body ? body : (const uint8_t *)"", n, &used, &m, &e);
     if (r == 1 && m.flags != 0) {
-        snprintf(msg, len, "%s", m.flags & SBX_CONNECT_FLAG_COMPRESSED
-                                     ? "compressed messages are not supported"
-                                     : "an end-of-stream message from the client");
+        snprintf(msg, len, "%s",
+                 m.flags & SBX_CONNECT_FLAG_COMPRESSED
+                     ? "compressed messages are not supported"
+                     : "an end-of-stream message from the client");
         r = -EPROTO;
     } else if (r == 1 && used != n) {
         snprintf(msg, len, "a server stream takes one request message");
@@ -150,12 +151,11 @@ static enum MHD_Result dispatch(struct hctx *hc, struct sbx_e2b_call *c)
         return sbx_e2b_call_respond_error(hc, c, c->early_code, c->early_msg);
     if (c->too_large)
         return sbx_e2b_call_respond_error(hc, c, SBX_CONNECT_RESOURCE_EXHAUSTED,
-                             "request message larger than the limit");
+                                          "request message larger than the limit");
     if ((r = request_message(hc, c, &req, msg, sizeof(msg))) < 0)
-        return sbx_e2b_call_respond_error(hc, c,
-                             r == -EMSGSIZE ? SBX_CONNECT_RESOURCE_EXHAUSTED
-                                            : SBX_CONNECT_INVALID_ARGUMENT,
-                             msg);
+        return sbx_e2b_call_respond_error(
+            hc, c, r == -EMSGSIZE ? SBX_CONNECT_RESOURCE_EXHAUSTED : SBX_CONNECT_INVALID_ARGUMENT,
+            msg);
     sbx_metrics_bytes_in(hc->r->body_len);
     if (sbx_e2b_user_of(hc, &c->user, msg, sizeof(msg)) < 0) {
         protobuf_c_message_free_unpacked(req, NULL);
@@ -184,9 +184,9 @@ static void feed_input(struct hctx *hc, struct sbx_e2b_call *c, const uint8_t *p
     while (n && !sbx_e2b_call_gone(c)) {
         r = sbx_connect_reader_feed(&c->rd, p, n, &used, &m, &e);
         if (r < 0) {
-            sbx_e2b_call_fail(c, r == -EMSGSIZE ? SBX_CONNECT_RESOURCE_EXHAUSTED
-                                                : SBX_CONNECT_INVALID_ARGUMENT,
-                              "%s", e.msg);
+            sbx_e2b_call_fail(
+                c, r == -EMSGSIZE ? SBX_CONNECT_RESOURCE_EXHAUSTED : SBX_CONNECT_INVALID_ARGUMENT,
+                "%s", e.msg);
             return;
         }
         p += used;
@@ -278,8 +278,8 @@ enum MHD_Result sbx_e2b_connect_route(struct hctx *hc)
     }
     if (n) {
         *hc->upload_data_size = 0;
-        if (c->too_large || hc->r->body_len + n > c->srv->o.max_message_bytes +
-                                                      SBX_CONNECT_PREFIX_LEN) {
+        if (c->too_large ||
+            hc->r->body_len + n > c->srv->o.max_message_bytes + SBX_CONNECT_PREFIX_LEN) {
             c->too_large = true; /* the rest is dropped; answered at the end */
             return MHD_YES;
         }

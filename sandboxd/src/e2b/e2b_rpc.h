@@ -66,9 +66,8 @@ uint64_t sbx_e2b_call_timeout_ms(struct sbx_e2b_call *c);
  * call then fails resource_exhausted); -ENOMEM, -EINVAL (no encoding). */
 int sbx_e2b_call_send(struct sbx_e2b_call *c, const ProtobufCMessage *m);
 /* Ends the call with an error (enum sbx_connect_code); a no-op once it ended. Any thread. */
-__attribute__((format(printf, 3, 4))) void sbx_e2b_call_fail(struct sbx_e2b_call *c,
-                                                             int connect_code, const char *fmt,
-                                                             ...);
+__attribute__((format(printf, 3, 4))) void
+sbx_e2b_call_fail(struct sbx_e2b_call *c, int connect_code, const char *fmt, ...);
 /* A stream ends well. Any thread. */
 void sbx_e2b_call_end(struct sbx_e2b_call *c);
 

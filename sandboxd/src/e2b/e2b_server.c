@@ -76,8 +76,9 @@ bool sbx_e2b_authorized(struct hctx *c, enum MHD_Result *ret)
         return true;
     /* envd's words, so clients that match on them keep working. */
     *ret = sbx_e2b_respond_plain_error(
-        c, 401, "unauthorized access, please provide a valid access token or method signing if "
-                "supported");
+        c, 401,
+        "unauthorized access, please provide a valid access token or method signing if "
+        "supported");
     return false;
 }
 
@@ -230,11 +231,15 @@ static bool init_valid(json_t *j, char *msg, size_t len)
         if (!json_is_object(envs) || json_object_size(envs) > MAX_INIT_ENVS)
             return snprintf(msg, len, "envVars must be an object of at most %d strings",
                             MAX_INIT_ENVS) < 0;
-        json_object_foreach(envs, k, v) if (!json_is_string(v) || !k[0] || strchr(k, '=')) return
-            snprintf(msg, len, "envVars: '%s' must name a string, without '='", k) < 0;
+        json_object_foreach(
+            envs, k,
+            v) if (!json_is_string(v) || !k[0] ||
+                   strchr(k, '=')) return snprintf(msg, len,
+                                                   "envVars: '%s' must name a string, without '='",
+                                                   k) < 0;
     }
-    for (const char *const *f = (const char *const[]){"accessToken", "defaultUser",
-                                                      "defaultWorkdir", NULL};
+    for (const char *const *f =
+             (const char *const[]){"accessToken", "defaultUser", "defaultWorkdir", NULL};
          *f; f++)
         if ((v = json_object_get(j, *f)) && !json_is_null(v) && !json_is_string(v))
             return snprintf(msg, len, "%s must be a string", *f) < 0;
@@ -289,8 +294,8 @@ static enum MHD_Result route_init(struct hctx *c)
     if (!sbx_e2b_authorized(c, &ret))
         return ret;
     {
-        json_auto_t *j = c->r->body_len ? json_loadb(c->r->body, c->r->body_len, 0, &je)
-                                        : json_object();
+        json_auto_t *j =
+            c->r->body_len ? json_loadb(c->r->body, c->r->body_len, 0, &je) : json_object();
         if (!j)
             return sbx_e2b_respond_plain_error(c, 400, "body is not valid JSON");
         if (!init_valid(j, msg, sizeof(msg)))
@@ -346,8 +351,7 @@ void sbx_e2b_envs_free(char **envs)
     free(envs);
 }
 
-int sbx_e2b_start(struct sbx_e2b_server **ret, const struct sbx_e2b_opts *o,
-                  struct sbx_error *err)
+int sbx_e2b_start(struct sbx_e2b_server **ret, const struct sbx_e2b_opts *o, struct sbx_error *err)
 {
     struct sbx_e2b_server *s = calloc(1, sizeof(*s));
     struct sbx_http_opts ho = {

@@ -28,8 +28,7 @@ struct sbx_e2b_opts {
 };
 
 /* Binds and serves; returns the bound port or -errno. */
-int sbx_e2b_start(struct sbx_e2b_server **ret, const struct sbx_e2b_opts *o,
-                  struct sbx_error *err);
+int sbx_e2b_start(struct sbx_e2b_server **ret, const struct sbx_e2b_opts *o, struct sbx_error *err);
 /* Stops serving (every call is cut) and frees. Accepts NULL. */
 void sbx_e2b_stop(struct sbx_e2b_server *s);
 
