@@ -76,13 +76,15 @@ static void check_refusal(int r, const struct sbx_error *err, const char *what)
 /* The flags before "--" in cmd from index 2: sandboxd's ports where they are not its defaults. */
 static size_t check_port_flags(json_t *cmd, const struct sbx_ports *ports)
 {
-    char want[2][32];
+    char want[3][32];
     size_t n = 0;
 
     if (ports->grpc != SBX_SANDBOXD_GRPC_PORT)
         snprintf(want[n++], sizeof(want[0]), "--grpc-port=%d", ports->grpc);
     if (ports->rest != SBX_SANDBOXD_REST_PORT)
         snprintf(want[n++], sizeof(want[0]), "--rest-port=%d", ports->rest);
+    if (ports->e2b)
+        snprintf(want[n++], sizeof(want[0]), "--e2b-port=%d", ports->e2b);
     for (size_t i = 0; i < n; i++)
         CHECK(!strcmp(str_at(cmd, 2 + i) ?: "", want[i]), "port flag %zu is not %s", i, want[i]);
     return n;
@@ -115,7 +117,9 @@ static void check_main(json_t *main, json_t *orig, const struct sbx_ports *pp, j
     json_t *ports = json_object_get(main, "ports"), *mounts = json_object_get(main, "volumeMounts");
     CHECK(count_named(ports, "name", SBX_GRPC_PORT_NAME) == 1 &&
               count_named(ports, "name", SBX_REST_PORT_NAME) == 1 &&
-              count_port(ports, pp->grpc) == 1 && count_port(ports, pp->rest) == 1,
+              count_port(ports, pp->grpc) == 1 && count_port(ports, pp->rest) == 1 &&
+              count_named(ports, "name", SBX_E2B_PORT_NAME) == (pp->e2b ? 1 : 0) &&
+              (!pp->e2b || count_port(ports, pp->e2b) == 1),
           "sandboxd's ports");
     CHECK(count_named(mounts, "mountPath", SBX_BIN_DIR) == 1 &&
               count_named(mounts, "mountPath", SBX_TOKEN_DIR) == 1 &&
@@ -221,7 +225,10 @@ static void check_pod(json_t *sb, const struct sbx_inject_opts *o)
               !strcmp(str_at(json_object_get(init, "args"), 0) ?: "", SBX_BIN_DIR),
           "the injector is not the first init container");
     struct sbx_ports pp;
-    CHECK(sbx_pod_ports(tspec, o, &pp, &err) == 0, "ports of a pod that was built: %s", err.msg);
+    CHECK(sbx_pod_ports(tspec, json_object_get(json_object_get(json_object_get(sb, "spec"),
+                                                                "podTemplate"),
+                                                "metadata"),
+                        o, &pp, &err) == 0, "ports of a pod that was built: %s", err.msg);
     CHECK((pp.grpc == o->grpc_port && pp.rest == o->rest_port) ||
               (pp.grpc >= SBX_ALT_GRPC_PORT &&
                pp.rest == pp.grpc - SBX_ALT_GRPC_PORT + SBX_ALT_REST_PORT),

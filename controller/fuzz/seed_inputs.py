@@ -128,6 +128,12 @@ objects = {
     'sandbox_entrypoint_with_command': (SANDBOX, sandbox({'containers': [main]}) | {'spec': {
         'podTemplate': {'metadata': {'annotations': {'sandboxd.dev/entrypoint': '["/init"]'}},
                         'spec': {'containers': [main]}}}}),
+    'sandbox_e2b': (SANDBOX, sandbox({'containers': [main]}) | {'spec': {
+        'podTemplate': {'metadata': {'annotations': {'sandboxd.dev/e2b': 'true'}},
+                        'spec': {'containers': [main | {'ports': [{'containerPort': 8080}]}]}}}}),
+    'sandbox_e2b_port_clash': (SANDBOX, sandbox({'containers': [main]}) | {'spec': {
+        'podTemplate': {'metadata': {'annotations': {'sandboxd.dev/e2b': 'true'}},
+                        'spec': {'containers': [main | {'ports': [{'containerPort': 49983}]}]}}}}),
 }
 for name, (mode, obj) in objects.items():
     write('ctl_objects', name, bytes([mode]) + json.dumps(obj).encode())

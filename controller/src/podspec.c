@@ -209,7 +209,30 @@ static bool port_taken(const struct port_set *t, int port)
 
 static bool ours(const char *name)
 {
-    return name && (!strcmp(name, SBX_GRPC_PORT_NAME) || !strcmp(name, SBX_REST_PORT_NAME));
+    return name && (!strcmp(name, SBX_GRPC_PORT_NAME) || !strcmp(name, SBX_REST_PORT_NAME) ||
+                    !strcmp(name, SBX_E2B_PORT_NAME));
+}
+
+/* SBX_E2B_PORT when the template asks for E2B's API, 0 when not; -EINVAL for a value neither
+ * "true" nor "false", or the port declared by a container (E2B's clients cannot be told
+ * another). */
+static int e2b_port(json_t *tmeta, const struct port_set *t, struct sbx_error *err)
+{
+    json_t *v = json_object_get(json_object_get(tmeta, "annotations"), SBX_ANNOT_E2B);
+    const char *s = json_string_value(v);
+
+    if (!v || (s && !strcmp(s, "false")))
+        return 0;
+    if (!s || strcmp(s, "true"))
+        return sbx_error_set(err, EINVAL,
+                             "spec.podTemplate.metadata.annotations[%s]: \"true\" or \"false\"",
+                             SBX_ANNOT_E2B);
+    if (port_taken(t, SBX_E2B_PORT))
+        return sbx_error_set(err, EINVAL,
+                             "spec.podTemplate.spec: port %d is declared by a container, and %s "
+                             "asks sandboxd to serve E2B's API there",
+                             SBX_E2B_PORT, SBX_ANNOT_E2B);
+    return SBX_E2B_PORT;
 }
 
 /* Marks the ports of the containers in list (spec.<field>) that share the network namespace with
@@ -241,23 +264,26 @@ static int mark_ports(json_t *list, const char *field, bool sidecars_only, struc
     return 0;
 }
 
-int sbx_pod_ports(json_t *spec, const struct sbx_inject_opts *o, struct sbx_ports *ret,
-                  struct sbx_error *err)
+int sbx_pod_ports(json_t *spec, json_t *tmeta, const struct sbx_inject_opts *o,
+                  struct sbx_ports *ret, struct sbx_error *err)
 {
     struct port_set t = {0};
-    int r;
+    int r, e2b;
 
     if ((r = mark_ports(json_object_get(spec, "containers"), "containers", false, &t, err)) < 0 ||
         (r = mark_ports(json_object_get(spec, "initContainers"), "initContainers", true, &t, err)) <
-            0)
-        return r;
+            0 ||
+        (e2b = e2b_port(tmeta, &t, err)) < 0)
+        return r < 0 ? r : e2b;
+    if (e2b)
+        t.bit[e2b / 8] |= (uint8_t)(1u << (e2b % 8)); /* the pair goes elsewhere */
     if (!port_taken(&t, o->grpc_port) && !port_taken(&t, o->rest_port)) {
-        *ret = (struct sbx_ports){o->grpc_port, o->rest_port};
+        *ret = (struct sbx_ports){o->grpc_port, o->rest_port, e2b};
         return 0;
     }
     for (int k = 0; SBX_ALT_GRPC_PORT + k <= 65535; k++) {
         if (!port_taken(&t, SBX_ALT_GRPC_PORT + k) && !port_taken(&t, SBX_ALT_REST_PORT + k)) {
-            *ret = (struct sbx_ports){SBX_ALT_GRPC_PORT + k, SBX_ALT_REST_PORT + k};
+            *ret = (struct sbx_ports){SBX_ALT_GRPC_PORT + k, SBX_ALT_REST_PORT + k, e2b};
             return 0;
         }
     }
@@ -337,6 +363,10 @@ static json_t *sandboxd_argv(const struct sbx_ports *ports)
         snprintf(flag, sizeof(flag), "--rest-port=%d", ports->rest);
         json_array_append_new(cmd, json_string(flag));
     }
+    if (ports->e2b) {
+        snprintf(flag, sizeof(flag), "--e2b-port=%d", ports->e2b);
+        json_array_append_new(cmd, json_string(flag));
+    }
     if (json_array_append_new(cmd, json_string("--")) < 0) {
         json_decref(cmd);
         return NULL;
@@ -410,6 +440,10 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
         append(c, "ports",
                json_pack("{s:s, s:i, s:s}", "name", SBX_REST_PORT_NAME, "containerPort",
                          ports->rest, "protocol", "TCP")) < 0 ||
+        (ports->e2b &&
+         append(c, "ports",
+                json_pack("{s:s, s:i, s:s}", "name", SBX_E2B_PORT_NAME, "containerPort",
+                          ports->e2b, "protocol", "TCP")) < 0) ||
         append(c, "volumeMounts",
                json_pack("{s:s, s:s, s:b}", "name", SBX_BIN_VOLUME, "mountPath", SBX_BIN_DIR,
                          "readOnly", 1)) < 0 ||
@@ -425,8 +459,9 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
     return 0;
 }
 
-static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts *o,
-                  const struct image_run *img, struct sbx_error *err)
+static int inject(json_t *spec, json_t *tmeta, const char *secret,
+                  const struct sbx_inject_opts *o, const struct image_run *img,
+                  struct sbx_error *err)
 {
     json_t *containers = json_object_get(spec, "containers");
     json_t *volumes = json_object_get(spec, "volumes");
@@ -443,7 +478,7 @@ static int inject(json_t *spec, const char *secret, const struct sbx_inject_opts
     if (named_in(inits, SBX_INJECTOR_NAME))
         return sbx_error_set(err, EINVAL, "spec.podTemplate.spec.initContainers: %s is taken",
                              SBX_INJECTOR_NAME);
-    if ((r = sbx_pod_ports(spec, o, &ports, err)) < 0 ||
+    if ((r = sbx_pod_ports(spec, tmeta, o, &ports, err)) < 0 ||
         (r = inject_main(json_array_get(containers, 0), o, &ports, img, err)) < 0)
         return r;
     if (append(spec, "volumes", json_pack("{s:s, s:{}}", "name", SBX_BIN_VOLUME, "emptyDir")) < 0 ||
@@ -490,7 +525,7 @@ static int sandbox_pod(json_t *sandbox, const struct sbx_inject_opts *o, json_t 
         img.entry = json_object_get(image, "entrypoint");
         img.cmd = json_object_get(image, "cmd");
     }
-    if ((r = inject(spec, secret, o, &img, err)) < 0)
+    if ((r = inject(spec, tmeta, secret, o, &img, err)) < 0)
         return r;
     /* A runtime class only when the template names one; a null or empty one would run the pod
      * under the node's default runtime instead of ours. */
@@ -559,18 +594,27 @@ json_t *sbx_sandbox_secret(json_t *sandbox, const char *token)
 
 json_t *sbx_sandbox_service(json_t *sandbox, const struct sbx_inject_opts *o)
 {
-    json_t *tspec =
-        json_object_get(json_object_get(json_object_get(sandbox, "spec"), "podTemplate"), "spec");
-    struct sbx_ports ports = {o->grpc_port, o->rest_port};
+    json_t *tmpl = json_object_get(json_object_get(sandbox, "spec"), "podTemplate");
+    struct sbx_ports ports = {o->grpc_port, o->rest_port, 0};
     struct sbx_error err = {0};
     char hash[9];
 
-    sbx_pod_ports(tspec, o, &ports, &err); /* on failure, ports stay the configured ones */
+    /* On failure, the ports stay the configured ones. */
+    sbx_pod_ports(json_object_get(tmpl, "spec"), json_object_get(tmpl, "metadata"), o, &ports,
+                  &err);
     sbx_name_hash(meta_str(sandbox, "name"), hash);
-    return json_pack("{s:s, s:s, s:o, s:{s:s, s:{s:s}, s:b, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}]}}",
-                     "apiVersion", "v1", "kind", "Service", "metadata",
-                     child_meta(sandbox, meta_str(sandbox, "name")), "spec", "clusterIP", "None",
-                     "selector", SBX_LABEL_HASH, hash, "publishNotReadyAddresses", 1, "ports",
-                     "name", "grpc", "port", ports.grpc, "protocol", "TCP", "name", "http", "port",
-                     ports.rest, "protocol", "TCP");
+    json_t *svc = json_pack(
+        "{s:s, s:s, s:o, s:{s:s, s:{s:s}, s:b, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}]}}", "apiVersion",
+        "v1", "kind", "Service", "metadata", child_meta(sandbox, meta_str(sandbox, "name")), "spec",
+        "clusterIP", "None", "selector", SBX_LABEL_HASH, hash, "publishNotReadyAddresses", 1,
+        "ports", "name", "grpc", "port", ports.grpc, "protocol", "TCP", "name", "http", "port",
+        ports.rest, "protocol", "TCP");
+    if (svc && ports.e2b &&
+        json_array_append_new(json_object_get(json_object_get(svc, "spec"), "ports"),
+                              json_pack("{s:s, s:i, s:s}", "name", "e2b", "port", ports.e2b,
+                                        "protocol", "TCP")) < 0) {
+        json_decref(svc);
+        return NULL;
+    }
+    return svc;
 }

@@ -20,6 +20,13 @@
  * main container without a command: sandboxd then runs it with the container's args. */
 #define SBX_ANNOT_ENTRYPOINT "sandboxd.dev/entrypoint"
 
+/* The pod template annotation that asks for E2B's envd API (sandboxd --e2b-port): "true" serves it
+ * on SBX_E2B_PORT, the port E2B's SDKs and proxy address a sandbox's envd on; "false" or none
+ * does not. */
+#define SBX_ANNOT_E2B     "sandboxd.dev/e2b"
+#define SBX_E2B_PORT      49983
+#define SBX_E2B_PORT_NAME "sandboxd-e2b"
+
 /* sandboxd's own defaults for --grpc-port and --rest-port: the injected command names the ports
  * only when they differ. */
 #define SBX_SANDBOXD_GRPC_PORT 9090
@@ -46,14 +53,18 @@ struct sbx_inject_opts {
 
 struct sbx_ports {
     int grpc, rest;
+    int e2b; /* 0: not served */
 };
 
-/* sandboxd's ports in a pod of spec (a pod template's spec): o->grpc_port and o->rest_port when
- * no container and no sidecar (an init container with restartPolicy Always) declares either,
- * else the alternative pair above. Fails with -EINVAL when a container or init container names a
- * port SBX_GRPC_PORT_NAME or SBX_REST_PORT_NAME, or when no pair is left. */
-int sbx_pod_ports(json_t *spec, const struct sbx_inject_opts *o, struct sbx_ports *ret,
-                  struct sbx_error *err);
+/* sandboxd's ports in a pod of spec (a pod template's spec; tmeta its metadata): o->grpc_port and
+ * o->rest_port when no container and no sidecar (an init container with restartPolicy Always)
+ * declares either, else the alternative pair above; SBX_E2B_PORT when tmeta's SBX_ANNOT_E2B says
+ * "true". Fails with -EINVAL when a container or init container names a port as one of ours
+ * (SBX_GRPC_PORT_NAME, SBX_REST_PORT_NAME, SBX_E2B_PORT_NAME), when the annotation is neither
+ * "true" nor "false", when E2B's port is asked for and a container declares it, or when no pair
+ * is left. */
+int sbx_pod_ports(json_t *spec, json_t *tmeta, const struct sbx_inject_opts *o,
+                  struct sbx_ports *ret, struct sbx_error *err);
 
 /* The entrypoint the pod template metadata tmeta's SBX_ANNOT_ENTRYPOINT annotation gives: *ret a
  * new list of strings, NULL when there is none. -EINVAL when it is not a non-empty JSON list of

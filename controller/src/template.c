@@ -30,15 +30,17 @@ static json_t *template_ref(json_t *tmpl)
                      sbx_meta_str(tmpl, "uid"), "controller", 1, "blockOwnerDeletion", 1);
 }
 
-/* The default rules: TCP to sandboxd's gRPC and REST ports from anywhere (sandboxd's token guards
+/* The default rules: TCP to sandboxd's gRPC, REST and E2B ports (the last where a pod has it)
+ * from anywhere (sandboxd's token guards
  * them; the reference, which fronts sandboxes with a router of its own, admits that router on
  * all ports instead), and egress to public IPv4 and IPv6 addresses only. The ports go by name:
  * their numbers depend on the ports a pod's containers declare (sbx_pod_ports), and a pool's
  * pods from an older template may have others than new ones. */
 static json_t *default_ingress(void)
 {
-    return json_pack("[{s:[{s:s, s:s}, {s:s, s:s}]}]", "ports", "protocol", "TCP", "port",
-                     SBX_GRPC_PORT_NAME, "protocol", "TCP", "port", SBX_REST_PORT_NAME);
+    return json_pack("[{s:[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}]}]", "ports", "protocol", "TCP",
+                     "port", SBX_GRPC_PORT_NAME, "protocol", "TCP", "port", SBX_REST_PORT_NAME,
+                     "protocol", "TCP", "port", SBX_E2B_PORT_NAME);
 }
 
 static json_t *default_egress(void)

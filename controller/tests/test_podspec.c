@@ -172,6 +172,83 @@ static void entry_cmd(const char *annot, const char *main, char *out, size_t siz
     json_decref(sb);
 }
 
+/* A sandbox whose pod template has annotation SBX_ANNOT_E2B = annot and this spec. */
+static json_t *e2b_sandbox(const char *annot, const char *spec)
+{
+    json_t *sb = sandbox_of(spec);
+
+    json_object_set_new(path(sb, "spec.podTemplate"), "metadata",
+                        json_pack("{s:{s:s}}", "annotations", SBX_ANNOT_E2B, annot));
+    return sb;
+}
+
+/* The index of the string s in the list l, -1 when absent. */
+static long index_of(json_t *l, const char *s)
+{
+    json_t *e;
+    size_t i;
+
+    json_array_foreach(l, i, e)
+    {
+        if (!strcmp(json_string_value(e) ?: "", s))
+            return (long)i;
+    }
+    return -1;
+}
+
+static void e2b(void)
+{
+    struct sbx_error err = {0};
+    json_t *sb = e2b_sandbox("true", "{\"containers\":[" MAIN "}]}"), *pod = NULL;
+
+    ok(sbx_sandbox_pod(sb, &opts, &pod, &err) == 0, "e2b: pod built (%s)", err.msg);
+    json_t *main = path(pod, "spec.containers.0"), *cmd = json_object_get(main, "command");
+    long flag = index_of(cmd, "--e2b-port=49983"), dashes = index_of(cmd, "--");
+    ok(flag > 0 && dashes > flag, "e2b: sandboxd told to serve it on 49983, before \"--\"");
+    ok(named_port(main, SBX_E2B_PORT_NAME) == SBX_E2B_PORT, "e2b: the port named %s",
+       SBX_E2B_PORT_NAME);
+    json_t *svc = sbx_sandbox_service(sb, &opts);
+    ok(json_integer_value(path(svc, "spec.ports.2.port")) == SBX_E2B_PORT &&
+           !strcmp(str(svc, "spec.ports.2.name"), "e2b"),
+       "e2b: the service carries it");
+    json_decref(svc);
+    json_decref(pod);
+    json_decref(sb);
+
+    sb = e2b_sandbox("false", "{\"containers\":[" MAIN "}]}");
+    pod = NULL;
+    ok(sbx_sandbox_pod(sb, &opts, &pod, &err) == 0, "e2b false: pod built (%s)", err.msg);
+    main = path(pod, "spec.containers.0");
+    ok(index_of(json_object_get(main, "command"), "--e2b-port=49983") < 0 &&
+           named_port(main, SBX_E2B_PORT_NAME) == 0,
+       "e2b false: not served");
+    svc = sbx_sandbox_service(sb, &opts);
+    ok(json_array_size(path(svc, "spec.ports")) == 2, "e2b false: not in the service");
+    json_decref(svc);
+    json_decref(pod);
+    json_decref(sb);
+
+    static const struct {
+        const char *annot, *spec, *says, *what;
+    } bad[] = {
+        {"yes", "{\"containers\":[" MAIN "}]}", "\"true\" or \"false\"", "a value not a bool"},
+        {"true", "{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":49983}]}]}",
+         "port 49983 is declared", "49983 declared by the app"},
+        {"false", "{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":1,\"name\":"
+                  "\"sandboxd-e2b\"}]}]}",
+         "sandboxd's", "our port name taken, even unasked"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sb = e2b_sandbox(bad[i].annot, bad[i].spec);
+        pod = NULL;
+        err = (struct sbx_error){0};
+        ok(sbx_sandbox_pod(sb, &opts, &pod, &err) == -EINVAL && strstr(err.msg, bad[i].says),
+           "e2b refused: %s (%s)", bad[i].what, err.msg);
+        json_decref(pod);
+        json_decref(sb);
+    }
+}
+
 static void entrypoint(void)
 {
     char cmd[256];
@@ -259,5 +336,6 @@ int main(void)
     json_decref(sb);
     ports();
     entrypoint();
+    e2b();
     return done_testing();
 }

@@ -394,7 +394,7 @@ def test_template_default_network_policy(cluster, namespace, controller):
     assert "from" not in rule, "any peer, but only to sandboxd's ports"
     # By name: the numbers depend on the ports a pod's containers declare.
     assert sorted((p["protocol"], p["port"]) for p in rule["ports"]) == [
-        ("TCP", "sandboxd-grpc"), ("TCP", "sandboxd-http")]
+        ("TCP", "sandboxd-e2b"), ("TCP", "sandboxd-grpc"), ("TCP", "sandboxd-http")]
     rule, = spec["egress"]
     assert "ports" not in rule
     blocks = {p["ipBlock"]["cidr"]: sorted(p["ipBlock"]["except"]) for p in rule["to"]}

@@ -119,4 +119,5 @@ def test_claimed_from_a_template_declaring_8080(cluster, namespace, controller):
     check_sandboxd(ready_pod(k, namespace, name), 19090, 18080)
     np = wait_until(lambda: network_policy(k, namespace, "web"), WAIT, what="the default policy")
     rule, = np["spec"]["ingress"]
-    assert sorted(p["port"] for p in rule["ports"]) == ["sandboxd-grpc", "sandboxd-http"]
+    assert sorted(p["port"] for p in rule["ports"]) == ["sandboxd-e2b", "sandboxd-grpc",
+                                                        "sandboxd-http"]
