@@ -460,7 +460,8 @@ for name, part, code, ndetails, strings in errors:
 PB = {'pty': 0, 'config': 2, 'start_req': 7, 'update_req': 8, 'event': 10, 'end_event': 13,
       'start_resp': 15, 'send_input': 17, 'input': 19, 'stream_input': 20, 'signal': 25,
       'selector': 30, 'move_req': 31, 'stat_resp': 38, 'entry': 39, 'list_req': 41,
-      'list_resp': 42, 'fs_event': 44, 'watch_resp': 45, 'watcher_events': 51, 'timestamp': 54}
+      'list_resp': 42, 'fs_event': 44, 'watch_resp': 45, 'watcher_events': 51, 'timestamp': 54,
+      'all': 55}
 ENTRY = ('{"name":"a.txt","type":"FILE_TYPE_FILE","path":"/home/user/a.txt","size":"12",'
          '"mode":420,"permissions":"-rw-r--r--","owner":"user","group":"user",'
          '"modifiedTime":"2026-12-02T10:00:00.120Z","metadata":{"k":"v"}}')
@@ -503,6 +504,20 @@ pbjson = [
     ('timestamp', 'timestamp', '"2026-02-28T23:59:60Z"'),
     ('timestamp_ok', 'timestamp', '"2024-02-29T12:00:00.5+05:30"'),
     ('not_object', 'move_req', '[1,2]'),
+    ('all_scalars', 'all', '{"i32":-5,"s32":"-6","sf32":7,"u32":4294967295,"f32":"8","i64":"-9",'
+     '"s64":10,"sf64":"-11","u64":"18446744073709551615","f64":"12","fl":0.1,"db":"1e-7",'
+     '"b":true,"s":"x","by":"AQ","color":"COLOR_BLUE","oFl":"-0"}'),
+    ('all_lists', 'all', '{"rI64":["1",2],"rFl":["NaN","-Infinity",1.5e-45],"rB":[true],'
+     '"rBy":["","AQID"],"rColor":["COLOR_RED",-2,"COLOR_GREEN",7],"rTs":["1970-01-01T00:00:01Z"]}'),
+    ('all_maps', 'all', '{"mI32":{"10":"a","-1":"b","+02":"c"},"mU64":{"18446744073709551615":'
+     '{"i32":1}},"mBool":{"true":1,"false":0},"mS64":{"-3":"AA=="},"mColor":{"a":"COLOR_RED",'
+     '"b":"NOPE","c":5}}'),
+    ('all_map_dup', 'all', '{"mI32":{"1":"a","01":"b"}}'),
+    ('all_nested', 'all', '{"child":{"child":{"oAll":{"oAll":{"mU64":{"1":{"child":{}}}}}}}}'),
+    ('all_floats', 'all', '{"fl":3.4028234e38,"db":-1.7976931348623157e308,"oFl":1e-7}'),
+    ('all_wrappers', 'all', '{"wI32":0,"wU64":"5","wS":"","wBy":"AQ==","wB":false,'
+     '"rWDb":[1.5,"NaN"],"dur":null}'),
+    ('all_duration', 'all', '{"dur":"1.5s"}'),
 ]
 for name, t, text in pbjson:
     write('pbjson', name, bytes([PB[t]]) + text.encode())

@@ -7,9 +7,10 @@
  * is set, 64-bit integers as strings, enums by name (by number when the value has no name), bytes
  * as padded standard base64, maps with their keys sorted (the last of equal keys wins, as in the
  * binary form), floats in the shortest form that reads back the same ("NaN", "Infinity",
- * "-Infinity" as strings; from 2^63 on with an exponent, where protojson's plain digits would be
- * an integer too big for our own reader), google.protobuf.Timestamp as RFC 3339 in UTC with 0, 3, 6
- * or 9 fractional digits, the wrappers (google.protobuf.Int32Value, ...) as their bare value.
+ * "-Infinity" as strings; from 2^63 on with an exponent and negative zero as -0.0, where
+ * protojson's plain digits would be an integer too big for, or the integer 0 to, our own reader),
+ * google.protobuf.Timestamp as RFC 3339 in UTC with 0, 3, 6 or 9 fractional digits, the wrappers
+ * (google.protobuf.Int32Value, ...) as their bare value.
  *
  * Read: a field by its JSON name or its proto name, each at most once, null meaning "not set";
  * unknown fields and unknown enum names are ignored (connect-go discards them: clients and
@@ -23,7 +24,7 @@
  * (jansson): a string may not hold U+0000 (a protobuf-c string ends at its NUL); an integer
  * written as a number must fit in int64 (a larger uint64 must come as a string, as the writer
  * sends it), and one written with a fraction or exponent is read through a double; the number
- * -0 reads as 0 (the string "-0" as -0.0). */
+ * -0 reads as 0 (-0.0 and the string "-0" as negative zero). */
 #pragma once
 
 #include <protobuf-c/protobuf-c.h>

@@ -89,7 +89,11 @@ static void shortest(double v, int bits, char e[40])
 {
     for (int p = 1; p <= 17; p++) {
         snprintf(e, 40, "%.*e", p - 1, v);
-        if (bits == 32 ? strtof(e, NULL) == (float)v : strtod(e, NULL) == v)
+        if (bits == 64 && strtod(e, NULL) == v)
+            return;
+        /* a float read straight (as protojson reads it) and through a double (as we do, the
+         * number being jansson's): a text near a midpoint could round twice to another */
+        if (bits == 32 && strtof(e, NULL) == (float)v && (float)strtod(e, NULL) == (float)v)
             return;
     }
 }
@@ -144,6 +148,10 @@ static void put_float(struct out *o, double v, int bits)
     }
     if (isinf(v)) {
         puts_(o, v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+        return;
+    }
+    if (v == 0 && signbit(v)) { /* protojson's -0 is the integer 0 to jansson: Python's form */
+        puts_(o, "-0.0");
         return;
     }
     shortest(v, bits, e);

@@ -1,7 +1,8 @@
 /* pbjson (protobuf's JSON mapping) over E2B's messages: exact texts protojson writes for known
  * messages, the reader's accepted forms and each class of refusal, round trips checked on the
- * binary form. descriptor.proto's messages (proto2, compiled into sbx_proto) stand in for what
- * the E2B protos lack: a double, a uint64, required fields, a recursive message. */
+ * binary form. What the E2B protos lack comes from sbxtest.All (pbjson_test.proto: every scalar
+ * type, maps of other keys, recursion) and descriptor.proto's messages (proto2, compiled into
+ * sbx_proto: optional fields with has_, required fields). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 #include "e2b/process/process.pb-c.h"
 #include "google/protobuf/descriptor.pb-c.h"
 #include "pbjson.h"
+#include "google/protobuf/duration.pb-c.h"
+#include "pbjson_test.pb-c.h"
 #include "tap.h"
 
 static void free_msg(ProtobufCMessage *m)
@@ -481,16 +484,132 @@ static void test_floats(void)
         snprintf(want, sizeof(want), "{\"doubleValue\":%s}", cases[i].want);
         encodes_as(&uo.base, want, "double");
     }
-    /* -0 as protojson writes it; jansson reads the number -0 as the integer 0, so no read back */
-    _cleanup_free_ char *s = NULL;
-    size_t len;
+    /* negative zero as Python writes it: protojson's -0 jansson reads as the integer 0 */
     uo.double_value = -0.0;
-    ok(sbx_pbjson_encode(&uo.base, &s, &len, NULL) == 0 && strcmp(s, "{\"doubleValue\":-0}") == 0,
-       "negative zero written -0");
+    encodes_as(&uo.base, "{\"doubleValue\":-0.0}", "negative zero");
     uo.has_double_value = 0;
     uo.has_positive_int_value = 1;
     uo.positive_int_value = UINT64_MAX;
     encodes_as(&uo.base, "{\"positiveIntValue\":\"18446744073709551615\"}", "uint64");
+}
+
+static const char all_in[] =
+    "{\"i32\":-5,\"s32\":\"-6\",\"sf32\":7,\"u32\":4294967295,\"f32\":\"8\",\"i64\":\"-9\","
+    "\"s64\":10,\"sf64\":\"-11\",\"u64\":\"18446744073709551615\",\"f64\":\"12\",\"fl\":0.1,"
+    "\"db\":\"1e-7\",\"b\":true,\"s\":\"x\",\"by\":\"AQ\",\"color\":\"COLOR_BLUE\","
+    "\"r_i64\":[\"1\",2],\"rFl\":[\"NaN\",\"-Infinity\",1.5],\"rB\":[true,false],"
+    "\"rBy\":[\"\",\"AQID\"],\"rColor\":[\"COLOR_RED\",-2,\"COLOR_GREEN\",7],"
+    "\"rTs\":[\"1970-01-01T00:00:01Z\"],\"mI32\":{\"10\":\"a\",\"-1\":\"b\",\"+02\":\"c\"},"
+    "\"mU64\":{\"18446744073709551615\":{\"i32\":1}},\"m_bool\":{\"true\":1,\"false\":0},"
+    "\"mS64\":{\"-3\":\"AA==\"},\"mColor\":{\"a\":\"COLOR_RED\",\"b\":\"NOPE\",\"c\":5},"
+    "\"child\":{\"child\":{\"b\":true}},\"oAll\":{}}";
+static const char all_out[] =
+    "{\"i32\":-5,\"s32\":-6,\"sf32\":7,\"u32\":4294967295,\"f32\":8,\"i64\":\"-9\","
+    "\"s64\":\"10\",\"sf64\":\"-11\",\"u64\":\"18446744073709551615\",\"f64\":\"12\",\"fl\":0.1,"
+    "\"db\":1e-7,\"b\":true,\"s\":\"x\",\"by\":\"AQ==\",\"color\":\"COLOR_BLUE\","
+    "\"rI64\":[\"1\",\"2\"],\"rFl\":[\"NaN\",\"-Infinity\",1.5],\"rB\":[true,false],"
+    "\"rBy\":[\"\",\"AQID\"],\"rColor\":[\"COLOR_RED\",\"COLOR_BLUE\",7],"
+    "\"rTs\":[\"1970-01-01T00:00:01Z\"],\"mI32\":{\"-1\":\"b\",\"2\":\"c\",\"10\":\"a\"},"
+    "\"mU64\":{\"18446744073709551615\":{\"i32\":1}},\"mBool\":{\"false\":0,\"true\":1},"
+    "\"mS64\":{\"-3\":\"AA==\"},\"mColor\":{\"a\":\"COLOR_RED\",\"c\":5},"
+    "\"child\":{\"child\":{\"b\":true}},\"oAll\":{}}";
+
+/* Every scalar type, lists, maps of other keys, a oneof's message, nesting: read, then written
+ * as protojson writes it (unknown enum names dropped from the list and the map). */
+static void test_all_types(void)
+{
+    _cleanup_msg_ ProtobufCMessage *m = decodes(&sbxtest__all__descriptor, all_in, "all types");
+    Sbxtest__All *a = (void *)m;
+
+    if (!ok(a, "all types read"))
+        return;
+    ok(a->u64 == UINT64_MAX && a->sf64 == -11 && a->n_r_color == 3 && a->n_m_color == 2 &&
+           a->n_m_i32 == 3 && a->m_i32[0]->key == -1 && a->m_i32[1]->key == 2 &&
+           a->m_i32[2]->key == 10 && a->pick_case == SBXTEST__ALL__PICK_O_ALL && a->child &&
+           a->child->child && a->child->child->b && isnan(a->r_fl[0]),
+       "all types: values");
+    encodes_as(m, all_out, "all types");
+
+    static const char *const more[] = {
+        "{\"oFl\":\"-0\"}",
+        "{\"fl\":-0.0}",
+        "{\"oS\":\"\"}",
+        "{\"oFl\":0}",
+        "{\"fl\":3.4028234e38,\"db\":-1.7976931348623157e308}",
+        "{\"rFl\":[1e-45,1.17549435e-38]}",
+        "{\"mI32\":{\"-2147483648\":\"\"}}",
+        "{\"f64\":1e19}",
+    };
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(more); i++) {
+        _cleanup_msg_ ProtobufCMessage *m2 = decodes(&sbxtest__all__descriptor, more[i], "more");
+        _cleanup_free_ char *s = NULL;
+        size_t len;
+        if (m2 && sbx_pbjson_encode(m2, &s, &len, NULL) == 0)
+            encodes_as(m2, s, "reads back");
+    }
+
+    const ProtobufCMessageDescriptor *d = &sbxtest__all__descriptor;
+    refused(d, "{\"mI32\":{\"1\":\"a\",\"01\":\"b\"}}", EINVAL, "duplicate map key",
+            "one integer key twice");
+    refused(d, "{\"mBool\":{\"true\":1,\"false\":2,\"yes\":3}}", EINVAL, "not a boolean",
+            "a bool key not true or false");
+    refused(d, "{\"mI32\":{\"x\":\"a\"}}", EINVAL, "not an integer", "a key not a number");
+    refused(d, "{\"mI32\":{\"1.0\":\"a\"}}", EINVAL, "not an integer", "a key with a point");
+    refused(d, "{\"mI32\":{\"2147483648\":\"a\"}}", EINVAL, "out of range", "a key past int32");
+    refused(d, "{\"mU64\":{\"-1\":{}}}", EINVAL, "out of range", "a negative uint64 key");
+    refused(d, "{\"mU64\":{\"1\":null}}", EINVAL, "null map value", "a null message value");
+    refused(d, "{\"fl\":3.5e38}", EINVAL, "out of range", "past float");
+    refused(d, "{\"fl\":\"1e39\"}", EINVAL, "out of range", "past float as a string");
+    refused(d, "{\"db\":\"1e309\"}", EINVAL, "out of range", "past double as a string");
+    refused(d, "{\"db\":\" 1\"}", EINVAL, "not a number", "a blank before a double");
+    refused(d, "{\"db\":true}", EINVAL, "not a number", "a bool for a double");
+    refused(d, "{\"i64\":1e300}", EINVAL, "out of range", "a huge real for an int64");
+    refused(d, "{\"u64\":-1}", EINVAL, "out of range", "a negative uint64");
+    refused(d, "{\"u64\":18446744073709551615}", EINVAL, "invalid json",
+            "a uint64 past int64 as a number (jansson's limit)");
+    refused(d, "{\"f32\":\"4294967296\"}", EINVAL, "out of range", "past fixed32");
+    refused(d, "{\"sf32\":\"-2147483649\"}", EINVAL, "out of range", "below sfixed32");
+    refused(d, "{\"color\":2147483648}", EINVAL, "out of range", "an enum number past int32");
+    refused(d, "{\"color\":1.5}", EINVAL, "not an integer", "a fractional enum number");
+    refused(d, "{\"oFl\":1,\"oS\":\"\"}", EINVAL, "oneof", "a oneof given twice");
+    refused(d, "{\"oAll\":{},\"o_fl\":null,\"oS\":\"x\"}", EINVAL, "oneof",
+            "a oneof given twice, one null");
+    refused(d, "{\"rTs\":[null]}", EINVAL, "null in a list", "a null timestamp in a list");
+    refused(d, "{\"rB\":[1]}", EINVAL, "not a boolean", "a number in a bool list");
+    refused(d, "{\"child\":[]}", EINVAL, "not an object", "a list for a message");
+}
+
+/* Wrappers are their bare value, written even when zero; Duration and Struct are refused. */
+static void test_well_known(void)
+{
+    const ProtobufCMessageDescriptor *d = &sbxtest__all__descriptor;
+    const char *w = "{\"wI32\":0,\"wU64\":\"5\",\"wS\":\"\",\"wBy\":\"AQ==\",\"wB\":false,"
+                    "\"rWDb\":[1.5,\"NaN\"]}";
+    _cleanup_msg_ ProtobufCMessage *m = decodes(d, w, "wrappers");
+    _cleanup_msg_ ProtobufCMessage *n =
+        decodes(d, "{\"wI32\":null,\"dur\":null,\"st\":null}", "nulls");
+    Sbxtest__All *a = (void *)m;
+
+    ok(a && a->w_i32 && a->w_i32->value == 0 && a->w_u64->value == 5 && a->w_by->value.len == 1 &&
+           a->n_r_w_db == 2 && isnan(a->r_w_db[1]->value),
+       "wrappers read");
+    if (m)
+        encodes_as(m, w, "wrappers");
+    if (n)
+        encodes_as(n, "{}", "null wrapper and unsupported types: not set");
+    refused(d, "{\"dur\":\"1s\"}", EOPNOTSUPP, "no json mapping for 'google.protobuf.Duration'",
+            "a Duration");
+    refused(d, "{\"st\":{}}", EOPNOTSUPP, "google.protobuf.Struct", "a Struct");
+    refused(d, "{\"wI32\":{\"value\":1}}", EINVAL, "not an integer", "a wrapper as an object");
+
+    Google__Protobuf__Duration dur = GOOGLE__PROTOBUF__DURATION__INIT;
+    Sbxtest__All all = SBXTEST__ALL__INIT;
+    _cleanup_free_ char *s = NULL;
+    struct sbx_error err = {0};
+    size_t len;
+    all.dur = &dur;
+    ok(sbx_pbjson_encode(&all.base, &s, &len, &err) == -EOPNOTSUPP && strstr(err.msg, "Duration"),
+       "a Duration not written (%s)", err.msg);
 }
 
 int main(void)
@@ -503,5 +622,7 @@ int main(void)
     test_refusals();
     test_depth();
     test_floats();
+    test_all_types();
+    test_well_known();
     return done_testing();
 }
