@@ -306,23 +306,66 @@ def test_clients_that_leave_or_never_read(make_daemon):
     c, first = open_stream(d, {"process": {"cmd": "/bin/sleep", "args": ["30"]}})
     assert first.startswith(b"HTTP/1.1 200")
     c.close()
-    # Never reads a flood of 300 MB: the daemon holds the job's bounded ring and the stream's
-    # bounded queue, not the flood, and answers others meanwhile.
+    # Never reads a flood of 300 MB: the process waits for its Start client, as under envd,
+    # and the daemon holds the job's bounded ring and the stream's bounded queue meanwhile, not
+    # the flood, and answers others.
     before = rss_kib(d.proc.pid)
     c2, _ = open_stream(d, {"process": {"cmd": "/bin/sh", "args": [
         "-c", "head -c 300000000 /dev/zero"]}, "tag": "flood"})
+    time.sleep(2)
+    status, body = d.unary("List", {})
+    assert status == 200 and "flood" in [p.get("tag") for p in body.get("processes", [])], \
+        "300 MB went by a client that never read them"
+    grown = rss_kib(d.proc.pid) - before
+    assert grown < 100 * 1024, f"the daemon grew by {grown} KiB for a client that never reads"
+    # Once that client is gone, nothing holds the process back: the flood ends.
+    c2.close()
     deadline = time.monotonic() + 120
     while True:
         status, body = d.unary("List", {})
         assert status == 200
         if "flood" not in [p.get("tag") for p in body.get("processes", [])]:
             break
-        assert time.monotonic() < deadline, "the flood did not end"
+        assert time.monotonic() < deadline, "the flood did not end after its client left"
         time.sleep(0.1)
-    grown = rss_kib(d.proc.pid) - before
-    assert grown < 100 * 1024, f"the daemon grew by {grown} KiB for a client that never reads"
-    c2.close()
     assert d.request("GET", "/health")[0] == 204
+
+
+def test_a_slow_start_client_gets_every_byte(daemon):
+    """16 MB written while the client reads nothing (the ring holds 1 MiB): the process waits for
+    the client instead of the ring dropping output, so every byte arrives, in order."""
+    size = 16 * 1000 * 1000
+    c, got = open_stream(daemon, {"process": {"cmd": "/bin/sh", "args": [
+        "-c", f"head -c {size} /dev/zero | tr '\\0' x; echo; echo done"]}},
+        b"Connection: close\r\n")
+    time.sleep(2)  # the process would be long done if nothing held it
+    c.settimeout(60)
+    while True:
+        b = c.recv(1 << 20)
+        if not b:
+            break
+        got += b
+    c.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    if b"chunked" in head.lower():
+        body = dechunk(body)
+    msgs = read_envelopes(body)
+    out = b"".join(base64.b64decode(e["data"]["stdout"]) for e in events(msgs) if "data" in e)
+    assert len(out) == size + len(b"\ndone\n") and out == b"x" * size + b"\ndone\n"
+    end = events(msgs)[-1]["end"]
+    assert end["exited"] and end.get("exitCode", 0) == 0
+
+
+def dechunk(b):
+    out, i = b"", 0
+    while True:
+        j = b.index(b"\r\n", i)
+        n = int(b[i:j].split(b";")[0], 16)
+        if n == 0:
+            return out
+        out += b[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
 
 
 def test_sigterm_with_open_streams(make_daemon):

@@ -38,6 +38,13 @@ struct sbx_job {
 
     pthread_mutex_t lock; /* everything below */
     struct sbx_ring ring[2];
+    /* A held job (sbx_job_spec.held) gets its output one chunk per credit, and the credit goes
+     * back only while the holder's unread bytes leave room for another chunk in each ring. */
+    bool held;
+    bool counted;     /* its credit is counted (held, and not let go yet) */
+    bool owed;        /* a chunk came whose credit is not back yet */
+    uint64_t hold[2]; /* what the holder has read of each stream */
+    size_t chunk;     /* the largest chunk the process table delivers */
     struct sbx_job_waiter *waiters;
     bool exited;
     struct sbx_exit ex;
@@ -192,17 +199,65 @@ static struct sbx_job_waiter *take_woken_locked(struct sbx_job *job)
     return woken;
 }
 
+/* Whether the owed credit of a held job goes back now: the holder's unread bytes leave room for
+ * a whole chunk in both rings (or the holder read everything: a ring smaller than a chunk). */
+static bool credit_due_locked(struct sbx_job *job)
+{
+    if (!job->owed)
+        return false;
+    for (int s = 0; job->held && s < 2; s++) {
+        const struct sbx_ring *r = &job->ring[s];
+        uint64_t unread = r->end - job->hold[s];
+        if (unread > 0 && unread + job->chunk > r->max)
+            return false;
+    }
+    job->owed = false;
+    return true;
+}
+
 static void on_output(void *data, enum sbx_stream s, const uint8_t *buf, size_t len, bool more)
 {
     struct sbx_job *job = data;
     struct sbx_job_waiter *woken;
+    bool ack = false;
 
     (void)more;
     pthread_mutex_lock(&job->lock);
     sbx_ring_append(&job->ring[s], buf, len);
+    if (job->counted) {
+        job->owed = true;
+        ack = credit_due_locked(job);
+    }
     woken = take_woken_locked(job);
     pthread_mutex_unlock(&job->lock);
     wake_all(woken);
+    if (ack) /* job->proc is set before any output reaches us (sbx_proc_start) */
+        sbx_proc_ack(job->proc);
+}
+
+void sbx_job_hold(struct sbx_job *job, enum sbx_stream s, uint64_t offset)
+{
+    bool ack;
+
+    pthread_mutex_lock(&job->lock);
+    if (job->held && offset > job->hold[s])
+        job->hold[s] = offset < job->ring[s].end ? offset : job->ring[s].end;
+    ack = credit_due_locked(job);
+    pthread_mutex_unlock(&job->lock);
+    if (ack)
+        sbx_proc_ack(job->proc);
+}
+
+void sbx_job_unhold(struct sbx_job *job)
+{
+    bool was;
+
+    pthread_mutex_lock(&job->lock);
+    was = job->counted;
+    job->held = job->counted = job->owed = false;
+    pthread_mutex_unlock(&job->lock);
+    if (was) /* read as fast as it comes from now on, as any job's */
+        sbx_proc_unlimit(job->proc);
 }
 
 static enum sbx_exit_reason reason_of(const struct sbx_job *job)
@@ -394,6 +449,8 @@ static struct sbx_job *job_new(struct sbx_jobs *j, const struct sbx_job_spec *s,
     job->timeout_ms = s->timeout_ms;
     job->phase = s->timeout_ms ? PHASE_TIMEOUT : PHASE_NONE; /* the timer is armed once started */
     job->grace_ms = s->grace_ms ? s->grace_ms : j->o.default_grace_ms;
+    job->held = job->counted = s->held;
+    job->chunk = sbx_proctab_chunk_size(j->procs);
     job->timer.watch.fd = -1;
     pthread_mutex_init(&job->lock, NULL);
     for (int i = 0; i < 2; i++)
@@ -461,7 +518,8 @@ int sbx_job_start(struct sbx_jobs *j, const struct sbx_job_spec *s, struct sbx_j
     }
     if (job->cg)
         o.confine.n_cgroup_fds = sbx_cgroup_join_fds(job->cg, &o.confine.cgroup_fds);
-    o.credit = SBX_CREDIT_UNLIMITED;
+    /* A held job's credit comes back chunk by chunk (on_output); once let go, at once. */
+    o.credit = s->held ? 1 : SBX_CREDIT_UNLIMITED;
     o.anonymous = false;
     clock_gettime(CLOCK_REALTIME, &job->started);
     job_ref(job); /* the sink's, dropped at the exit */

@@ -49,6 +49,10 @@ struct sbx_job_spec {
     uint64_t timeout_ms;         /* 0: none */
     uint64_t grace_ms;           /* 0: the default */
     size_t ring_bytes;           /* output held per stream; 0: the default */
+    /* Its output is read from the process no faster than one holder takes it (sbx_job_hold), so
+     * nothing the holder has not read is dropped from the ring: the process waits instead, as
+     * on a pipe. For a client that must see every byte (E2B's Start); sbx_job_unhold lets go. */
+    bool held;
     uint64_t memory_bytes, pids; /* cgroup limits; 0: none */
 };
 
@@ -107,6 +111,13 @@ struct sbx_job_waiter {
 bool sbx_job_watch(struct sbx_job *job, struct sbx_job_waiter *w);
 /* Disarms w; returns true when it was armed (fn will not run), false when fn ran or will. */
 bool sbx_job_unwatch(struct sbx_job *job, struct sbx_job_waiter *w);
+
+/* The holder of a held job has read stream s up to offset: the process may write more. A
+ * no-op for a job not held. Thread-safe. */
+void sbx_job_hold(struct sbx_job *job, enum sbx_stream s, uint64_t offset);
+/* The holder is gone: the job's output is read as any job's from now on (the oldest drops when
+ * nobody keeps up). Thread-safe; idempotent. */
+void sbx_job_unhold(struct sbx_job *job);
 
 /* Signals the job (group, process alone, or tree); returns how many processes were signalled
  * (0 once it has exited), or -errno. */

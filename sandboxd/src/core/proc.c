@@ -548,11 +548,24 @@ static void wake(struct sbx_proc *p)
     maybe_finish_locked(p);
 }
 
+size_t sbx_proctab_chunk_size(const struct sbx_proctab *t)
+{
+    return t->chunk_size;
+}
+
 void sbx_proc_ack(struct sbx_proc *p)
 {
     pthread_mutex_lock(&p->lock);
     if (p->credit >= 0)
         p->credit++;
+    pthread_mutex_unlock(&p->lock);
+    wake(p);
+}
+
+void sbx_proc_unlimit(struct sbx_proc *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->credit = SBX_CREDIT_UNLIMITED;
     pthread_mutex_unlock(&p->lock);
     wake(p);
 }

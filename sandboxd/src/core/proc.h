@@ -112,8 +112,14 @@ void sbx_proc_unref(struct sbx_proc *p);
 int32_t sbx_proc_id(const struct sbx_proc *p);
 pid_t sbx_proc_pid(const struct sbx_proc *p);
 
+/* The largest chunk of output a sink is handed (sbx_proctab_opts.chunk_size). */
+size_t sbx_proctab_chunk_size(const struct sbx_proctab *t);
+
 /* Gives the sink one more credit (its last delivery is done). Thread-safe. */
 void sbx_proc_ack(struct sbx_proc *p);
+
+/* Credit without limit from now on (a sink that counted its credit no longer does). Thread-safe. */
+void sbx_proc_unlimit(struct sbx_proc *p);
 
 /* Stops delivering output: it is read and dropped from now on, with no credit needed. The exit is
  * still delivered, so the sink's owner can release what it holds there. Thread-safe. */

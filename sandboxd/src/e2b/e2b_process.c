@@ -75,6 +75,7 @@ struct pstream {
     struct sbx_job_waiter w;
     uint64_t off[2];
     bool pty, done;
+    bool holder; /* the job's output waits for this stream (Start's: sbx_job_spec.held) */
 };
 
 static void ps_unref(struct pstream *ps)
@@ -177,6 +178,8 @@ static void client_gone(void *arg)
 static void ps_done(struct pstream *ps)
 {
     ps->done = true;
+    if (ps->holder) /* the process no longer waits for a client that is gone */
+        sbx_job_unhold(ps->job);
     if (sbx_job_unwatch(ps->job, &ps->w))
         __atomic_sub_fetch(&ps->refs, 1, __ATOMIC_RELAXED); /* the waiter's */
     if (sbx_e2b_call_off_gone(ps->call))
@@ -199,6 +202,8 @@ static int send_chunk(struct pstream *ps, const struct sbx_job_info *ji)
             continue;
         }
         ps->off[s] = at + n;
+        if (ps->holder) /* queued on the call, whose queue is bounded: the process may go on */
+            sbx_job_hold(ps->job, (enum sbx_stream)s, ps->off[s]);
         return send_data(ps, s, buf, n) < 0 ? -1 : 1;
     }
     return 0;
@@ -246,7 +251,7 @@ static void pump(struct pstream *ps)
 /* Starts streaming job's events on c: the StartEvent, then output from the given offsets.
  * Takes over the job reference. */
 static void stream_job(struct sbx_e2b_call *c, const ProtobufCMessageDescriptor *out,
-                       struct sbx_job *job, bool from_now)
+                       struct sbx_job *job, bool from_now, bool holder)
 {
     Process__ProcessEvent ev = PROCESS__PROCESS_EVENT__INIT;
     Process__ProcessEvent__StartEvent st = PROCESS__PROCESS_EVENT__START_EVENT__INIT;
@@ -264,6 +269,7 @@ static void stream_job(struct sbx_e2b_call *c, const ProtobufCMessageDescriptor 
     ps->out = out;
     ps->job = job;
     ps->w.fn = waiter_fired;
+    ps->holder = holder;
     sbx_job_info(job, &ji);
     ps->pty = ji.pty;
     for (int s = 0; s < 2; s++)
@@ -448,13 +454,16 @@ static void p_start(struct sbx_e2b_call *c, const ProtobufCMessage *req)
     }
     js.tag = r->_tag_case == PROCESS__START_REQUEST___TAG_TAG ? r->tag : NULL;
     js.timeout_ms = sbx_e2b_call_timeout_ms(c);
+    /* Every byte reaches the Start stream, as from envd: the process waits for a slow client
+     * rather than lose output to the ring (others attached by Connect may still lag and skip). */
+    js.held = true;
     rc = sbx_job_start(o->jobs, &js, &job, &e);
     sbx_e2b_envs_free(envp);
     if (rc < 0) {
         sbx_e2b_call_fail(c, start_code(rc), "failed to start process: %s", e.msg);
         return;
     }
-    stream_job(c, &process__start_response__descriptor, job, false);
+    stream_job(c, &process__start_response__descriptor, job, false, true);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -466,7 +475,7 @@ static void p_connect(struct sbx_e2b_call *c, const ProtobufCMessage *req)
     struct sbx_job *job = find_job(c, r->process);
 
     if (job)
-        stream_job(c, &process__connect_response__descriptor, job, true);
+        stream_job(c, &process__connect_response__descriptor, job, true, false);
 }
 
 static void p_list(struct sbx_e2b_call *c, const ProtobufCMessage *req)
