@@ -46,9 +46,9 @@ struct sbx_jobs_opts {
 struct sbx_job_spec {
     struct sbx_proc_opts proc; /* credit and anonymous are set here */
     const char *tag;
-    uint64_t timeout_ms;         /* 0: none */
-    uint64_t grace_ms;           /* 0: the default */
-    size_t ring_bytes;           /* output held per stream; 0: the default */
+    uint64_t timeout_ms; /* 0: none */
+    uint64_t grace_ms;   /* 0: the default */
+    size_t ring_bytes;   /* output held per stream; 0: the default */
     /* Its output is read from the process no faster than one holder takes it (sbx_job_hold), so
      * nothing the holder has not read is dropped from the ring: the process waits instead, as
      * on a pipe. For a client that must see every byte (E2B's Start); sbx_job_unhold lets go. */
