@@ -269,6 +269,7 @@ static void finish_locked(struct sbx_e2b_call *c, const struct sbx_connect_error
 
 int sbx_e2b_call_send(struct sbx_e2b_call *c, const ProtobufCMessage *m)
 {
+    struct sbx_connect_error e = {SBX_CONNECT_INTERNAL, "cannot encode the answer", NULL, 0};
     int r = 0;
 
     pthread_mutex_lock(&c->lock);
@@ -285,13 +286,15 @@ int sbx_e2b_call_send(struct sbx_e2b_call *c, const ProtobufCMessage *m)
             wake(c);
         }
     } else if (c->q_len - c->q_off > HARD_QUEUE) {
-        struct sbx_connect_error e = {SBX_CONNECT_RESOURCE_EXHAUSTED, "the client reads too slowly",
-                                      NULL, 0};
-        finish_locked(c, &e);
+        e = (struct sbx_connect_error){SBX_CONNECT_RESOURCE_EXHAUSTED,
+                                       "the client reads too slowly", NULL, 0};
         r = -ENOBUFS;
     } else {
         r = enqueue_message(c, m);
     }
+    /* A message that cannot go ends the call: its client is never left waiting for it. */
+    if (r < 0 && r != -EPIPE)
+        finish_locked(c, &e);
     pthread_mutex_unlock(&c->lock);
     return r;
 }

@@ -219,30 +219,43 @@ static bool read_body(struct hctx *c, size_t max, enum MHD_Result *ret)
     return true;
 }
 
+/* /init's envVars: an object of at most MAX_INIT_ENVS strings named without '='. */
+static bool envs_valid(json_t *envs, char *msg, size_t len)
+{
+    const char *k;
+    json_t *v;
+
+    if (!json_is_object(envs) || json_object_size(envs) > MAX_INIT_ENVS) {
+        snprintf(msg, len, "envVars must be an object of at most %d strings", MAX_INIT_ENVS);
+        return false;
+    }
+    json_object_foreach(envs, k, v)
+    {
+        if (!json_is_string(v) || !k[0] || strchr(k, '=')) {
+            snprintf(msg, len, "envVars: '%.64s' must name a string, without '='", k);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Checks /init's body; a message in msg when refused. */
 static bool init_valid(json_t *j, char *msg, size_t len)
 {
+    static const char *const strings[] = {"accessToken", "defaultUser", "defaultWorkdir"};
     json_t *envs = json_object_get(j, "envVars"), *v;
-    const char *k;
 
-    if (!json_is_object(j))
-        return snprintf(msg, len, "body must be a JSON object") < 0;
-    if (envs && !json_is_null(envs)) {
-        if (!json_is_object(envs) || json_object_size(envs) > MAX_INIT_ENVS)
-            return snprintf(msg, len, "envVars must be an object of at most %d strings",
-                            MAX_INIT_ENVS) < 0;
-        json_object_foreach(
-            envs, k,
-            v) if (!json_is_string(v) || !k[0] ||
-                   strchr(k, '=')) return snprintf(msg, len,
-                                                   "envVars: '%s' must name a string, without '='",
-                                                   k) < 0;
+    if (!json_is_object(j)) {
+        snprintf(msg, len, "body must be a JSON object");
+        return false;
     }
-    for (const char *const *f =
-             (const char *const[]){"accessToken", "defaultUser", "defaultWorkdir", NULL};
-         *f; f++)
-        if ((v = json_object_get(j, *f)) && !json_is_null(v) && !json_is_string(v))
-            return snprintf(msg, len, "%s must be a string", *f) < 0;
+    if (envs && !json_is_null(envs) && !envs_valid(envs, msg, len))
+        return false;
+    for (size_t i = 0; i < SBX_ARRAY_SIZE(strings); i++)
+        if ((v = json_object_get(j, strings[i])) && !json_is_null(v) && !json_is_string(v)) {
+            snprintf(msg, len, "%s must be a string", strings[i]);
+            return false;
+        }
     return true;
 }
 
