@@ -163,3 +163,19 @@ def test_stream_input(sandbox):
 def test_stream_input_to_an_unknown_pid_is_not_found(sandbox):
     with pytest.raises(NotFoundException):
         sandbox.commands.stream_input(2**31 - 7, ["x"])
+
+
+def test_parallel_commands(sandbox):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i):
+        h = sandbox.commands.run(f"read x; echo $x {i}; echo err {i} >&2", background=True,
+                                 stdin=True)
+        sandbox.commands.send_stdin(h.pid, f"in{i}\n")
+        r = h.wait()
+        return r.stdout, r.stderr
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(48)))
+    assert results == [(f"in{i} {i}\n", f"err {i}\n") for i in range(48)]
+    assert sandbox.commands.list() == []
