@@ -63,7 +63,8 @@ uint64_t sbx_e2b_call_timeout_ms(struct sbx_e2b_call *c);
 
 /* A unary call's answer, or one message of a stream. Any thread. -EPIPE once the call ended
  * or the client went away; -ENOBUFS when a stream's unsent messages exceed the hard bound (the
- * call then fails resource_exhausted); -ENOMEM, -EINVAL (no encoding). */
+ * call then fails resource_exhausted); -ENOMEM, -EINVAL (no encoding: the call then fails
+ * internal). A message that cannot go always ends the call: no client waits for it. */
 int sbx_e2b_call_send(struct sbx_e2b_call *c, const ProtobufCMessage *m);
 /* Ends the call with an error (enum sbx_connect_code); a no-op once it ended. Any thread. */
 __attribute__((format(printf, 3, 4))) void
