@@ -62,10 +62,18 @@ def test_gzip(sandbox, tmp):
     assert sandbox.files.read(p, gzip=True) == text
 
 
-def test_metadata_is_refused_plainly(sandbox, tmp):
-    with pytest.raises(InvalidArgumentException, match="metadata"):
-        sandbox.files.write(str(tmp / "m"), "x", metadata={"k": "v"})
-    assert not (tmp / "m").exists()
+def test_metadata(sandbox, tmp):
+    p = str(tmp / "m")
+    info = sandbox.files.write(p, "x", metadata={"Owner": "team-a", "stage": "raw data"})
+    assert info.metadata == {"owner": "team-a", "stage": "raw data"}  # keys lowercased
+    assert os.getxattr(p, "user.e2b.owner") == b"team-a"
+    assert sandbox.files.get_info(p).metadata == {"owner": "team-a", "stage": "raw data"}
+    assert [e.metadata for e in sandbox.files.list(str(tmp))] == [
+        {"owner": "team-a", "stage": "raw data"}]
+    sandbox.files.write(p, "y", metadata={"stage": "cooked"})  # replaces the whole map
+    assert sandbox.files.get_info(p).metadata == {"stage": "cooked"}
+    sandbox.files.write(p, "z")
+    assert not sandbox.files.get_info(p).metadata
 
 
 def test_write_files_several_at_once(sandbox, tmp):
@@ -320,8 +328,9 @@ def test_curl_bad_input(daemon, tmp):
         (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
           "Content-Encoding: br", "--data-binary", "x", f"{u}?path={tmp}/t"], 400,
          "Content-Encoding"),
-        (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H", "X-Metadata-K: v",
-          "--data-binary", "x", f"{u}?path={tmp}/t"], 400, "metadata"),
+        (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
+          "X-Metadata-" + "k" * 250 + ": v", "--data-binary", "x", f"{u}?path={tmp}/t"], 400,
+         "invalid metadata"),
         (["-XPOST", "-H", "Content-Type: application/octet-stream", "-H",
           "Content-Encoding: gzip", "--data-binary", "not gzip", f"{u}?path={tmp}/t"], 400,
          "error decompressing"),

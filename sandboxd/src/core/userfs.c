@@ -13,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "utf8.h"
 
 /* The calling thread acts as c until the end of the enclosing block. */
 #define AS_USER(c, err)                                                                            \
@@ -26,11 +28,135 @@
             return r_;                                                                             \
     } while (0)
 
+/* The largest attribute list and value read back (the kernel's own bound is 64 KiB). */
+#define XATTR_READ_MAX (64 * 1024)
+
+void sbx_ufs_meta_free(struct sbx_ufs_meta *m, size_t n)
+{
+    for (size_t i = 0; m && i < n; i++) {
+        free(m[i].key);
+        free(m[i].value);
+    }
+    free(m);
+}
+
+static int meta_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct sbx_ufs_meta *)a)->key, ((const struct sbx_ufs_meta *)b)->key);
+}
+
+static bool printable(const char *s)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e)
+            return false;
+    return true;
+}
+
+int sbx_ufs_meta_check(const struct sbx_ufs_meta *m, size_t n, struct sbx_error *err)
+{
+    size_t total = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (!m[i].key[0])
+            return sbx_error_set(err, EINVAL, "metadata key must not be empty");
+        if (strlen(m[i].key) > SBX_UFS_META_KEY_MAX)
+            return sbx_error_set(err, EINVAL, "metadata key \"%.32s...\" exceeds %d bytes",
+                                 m[i].key, SBX_UFS_META_KEY_MAX);
+        if (!printable(m[i].key) || !printable(m[i].value))
+            return sbx_error_set(
+                err, EINVAL, "metadata key or value \"%.64s\" is not printable ASCII", m[i].key);
+        total += strlen(SBX_UFS_META_PREFIX) + strlen(m[i].key) + strlen(m[i].value);
+    }
+    if (total > SBX_UFS_META_TOTAL)
+        return sbx_error_set(err, EINVAL, "total metadata size %zu exceeds %d bytes", total,
+                             SBX_UFS_META_TOTAL);
+    return 0;
+}
+
+static bool xattr_unsupported(int e)
+{
+    return e == ENOTSUP || e == EOPNOTSUPP;
+}
+
+/* The metadata of at; the caller acts as the user already. None on a file system without
+ * extended attributes, or when at cannot be asked (a dangling link). */
+static int read_meta(const char *at, struct sbx_ufs_meta **ret, size_t *ret_n,
+                     struct sbx_error *err)
+{
+    _cleanup_free_ char *names = malloc(XATTR_READ_MAX), *value = malloc(XATTR_READ_MAX + 1);
+    const size_t plen = strlen(SBX_UFS_META_PREFIX);
+    struct sbx_ufs_meta *m = NULL;
+    size_t n = 0;
+    ssize_t len;
+
+    *ret = NULL;
+    *ret_n = 0;
+    if (!names || !value)
+        return sbx_error_set(err, ENOMEM, "allocate metadata");
+    len = listxattr(at, names, XATTR_READ_MAX);
+    if (len <= 0)
+        return 0;
+    for (char *p = names; p < names + len; p += strlen(p) + 1) {
+        ssize_t vlen;
+        struct sbx_ufs_meta *nm;
+        if (strncmp(p, SBX_UFS_META_PREFIX, plen) != 0 || !sbx_utf8_valid(p + plen))
+            continue;
+        vlen = getxattr(at, p, value, XATTR_READ_MAX);
+        if (vlen < 0)
+            continue; /* gone meanwhile */
+        value[vlen] = '\0';
+        if (memchr(value, '\0', (size_t)vlen) || !sbx_utf8_valid(value))
+            continue;
+        nm = realloc(m, (n + 1) * sizeof(*m));
+        if (!nm)
+            break;
+        m = nm;
+        m[n].key = strdup(p + plen);
+        m[n].value = strdup(value);
+        if (!m[n].key || !m[n].value) {
+            free(m[n].key);
+            free(m[n].value);
+            break;
+        }
+        n++;
+    }
+    if (n > 1)
+        qsort(m, n, sizeof(*m), meta_cmp);
+    *ret = m;
+    *ret_n = n;
+    return 0;
+}
+
+int sbx_ufs_meta_get(const struct sbx_cred *c, const char *path, struct sbx_ufs_meta **ret,
+                     size_t *ret_n, struct sbx_error *err)
+{
+    AS_USER(c, err);
+    return read_meta(path, ret, ret_n, err);
+}
+
+int sbx_ufs_meta_set(const struct sbx_cred *c, const char *path, const struct sbx_ufs_meta *m,
+                     size_t n, struct sbx_error *err)
+{
+    AS_USER(c, err);
+    for (size_t i = 0; i < n; i++) {
+        char name[sizeof(SBX_UFS_META_PREFIX) + SBX_UFS_META_KEY_MAX];
+        snprintf(name, sizeof(name), "%s%s", SBX_UFS_META_PREFIX, m[i].key);
+        if (setxattr(path, name, m[i].value, strlen(m[i].value), 0) == 0)
+            continue;
+        if (xattr_unsupported(errno))
+            return 0;
+        return sbx_error_set(err, errno, "error writing file metadata: %s", strerror(errno));
+    }
+    return 0;
+}
+
 void sbx_ufs_entry_release(struct sbx_ufs_entry *e)
 {
     free(e->name);
     free(e->path);
     free(e->target);
+    sbx_ufs_meta_free(e->meta, e->n_meta);
     *e = (struct sbx_ufs_entry){0};
 }
 
@@ -143,6 +269,7 @@ static int fill_entry(const char *at, const char *path, struct sbx_ufs_entry *e,
     sbx_cred_user_name(st.st_uid, e->owner, sizeof(e->owner));
     sbx_cred_group_name(st.st_gid, e->group, sizeof(e->group));
     e->mtime = st.st_mtim;
+    (void)read_meta(at, &e->meta, &e->n_meta, NULL);
     return 0;
 }
 

@@ -26,6 +26,16 @@ enum sbx_ufs_type {
 
 #define SBX_UFS_NAME_MAX 64 /* an owner's or group's name */
 
+/* envd's file metadata: extended attributes "user.e2b.<key>" (printable ASCII keys and
+ * values, keys at most 246 bytes, all of a file's prefixes, keys and values at most 4096). */
+#define SBX_UFS_META_PREFIX  "user.e2b."
+#define SBX_UFS_META_KEY_MAX 246
+#define SBX_UFS_META_TOTAL   4096
+
+struct sbx_ufs_meta {
+    char *key, *value;
+};
+
 /* What envd tells of a path. For a symlink: type and mode are its target's (unknown and 0
  * when it dangles), the rest the link's own, and target the path it resolves to. */
 struct sbx_ufs_entry {
@@ -38,6 +48,8 @@ struct sbx_ufs_entry {
     char owner[SBX_UFS_NAME_MAX], group[SBX_UFS_NAME_MAX];
     struct timespec mtime;
     char *target; /* symlinks only: where it leads (the link's own path when it dangles) */
+    struct sbx_ufs_meta *meta; /* its metadata (of its target for a symlink), by key */
+    size_t n_meta;
 };
 
 void sbx_ufs_entry_release(struct sbx_ufs_entry *e);
@@ -79,6 +91,17 @@ int sbx_ufs_move(const struct sbx_root *slash, const struct sbx_cred *c, const c
  * -EBUSY for "/". */
 int sbx_ufs_remove(const struct sbx_root *slash, const struct sbx_cred *c, const char *path,
                    struct sbx_error *err);
+
+/* Checks metadata as envd does: -EINVAL with the reason. */
+int sbx_ufs_meta_check(const struct sbx_ufs_meta *m, size_t n, struct sbx_error *err);
+/* Sets path's metadata as the user (a file just written has none). A file system without
+ * extended attributes keeps none, without error, as envd's; -ENOSPC, -EDQUOT. */
+int sbx_ufs_meta_set(const struct sbx_cred *c, const char *path, const struct sbx_ufs_meta *m,
+                     size_t n, struct sbx_error *err);
+/* Reads path's metadata as the user (none when the file system has none). */
+int sbx_ufs_meta_get(const struct sbx_cred *c, const char *path, struct sbx_ufs_meta **ret,
+                     size_t *ret_n, struct sbx_error *err);
+void sbx_ufs_meta_free(struct sbx_ufs_meta *m, size_t n);
 
 /* Opens the regular file path for reading as the user; fills *st. -EISDIR for a directory,
  * -EINVAL for anything else that is not a regular file. Returns the fd (O_CLOEXEC). */

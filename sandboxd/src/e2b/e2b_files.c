@@ -8,6 +8,7 @@
  * body (Content-Encoding, as the SDK sends with gzip=True) inflated as it comes; nothing is
  * held in memory but the answer's list. Errors are envd's JSON ({"code","message"}). */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include "metrics.h"
 #include "utf8.h"
 
+#define MAX_META      256         /* X-Metadata-* headers (their total size is bounded too) */
 #define MAX_FILES     1000        /* "file" parts in one upload */
 #define INFLATE_BLOCK (64 * 1024) /* what a gzip body is inflated into at a time */
 
@@ -44,6 +46,10 @@ struct upload {
     unsigned char *zout;
     bool z_end;
     uint64_t inflated; /* bytes out of the inflater, bounded as the body is */
+    /* X-Metadata-<key>: kept on every file (userfs.h); too_many past MAX_META */
+    struct sbx_ufs_meta *meta;
+    size_t n_meta;
+    bool too_many, no_memory;
 };
 
 static void upload_drop(void *state)
@@ -57,6 +63,7 @@ static void upload_drop(void *state)
         inflateEnd(u->z);
     free(u->z);
     free(u->zout);
+    sbx_ufs_meta_free(u->meta, u->n_meta);
     free(u);
 }
 
@@ -202,20 +209,44 @@ static int file_begin(struct upload *u, const char *filename)
     return sbx_ufs_writer_begin(sbx_e2b_fs_slash(), &u->cred, u->cur, &r->w, &r->err);
 }
 
-/* The current file is whole: renamed into place as the user, and listed in the answer. */
+/* The metadata the file now has, read back as envd answers it (null when none stuck: a file
+ * system without extended attributes). */
+static json_t *meta_json(struct upload *u)
+{
+    struct sbx_ufs_meta *m = NULL;
+    size_t n = 0;
+    json_t *j;
+
+    if (sbx_ufs_meta_get(&u->cred, u->cur, &m, &n, NULL) < 0 || n == 0)
+        return json_null();
+    j = json_object();
+    for (size_t i = 0; j && i < n; i++)
+        json_object_set_new(j, m[i].key, json_string(m[i].value));
+    sbx_ufs_meta_free(m, n);
+    return j ? j : json_null();
+}
+
+/* The current file is whole: renamed into place as the user, its metadata set, and listed in
+ * the answer. */
 static int file_end(struct upload *u)
 {
     struct hreq *r = u->r;
     uint64_t size = 0;
+    json_t *entry;
     int rc;
 
     if (!r->w)
         return sbx_error_set(&r->err, EIO, "no file open");
     rc = sbx_ufs_writer_commit(&u->cred, TAKE_PTR(r->w), &size, &r->err);
+    if (rc == 0 && u->n_meta)
+        rc = sbx_ufs_meta_set(&u->cred, u->cur, u->meta, u->n_meta, &r->err);
     if (rc < 0)
         return rc;
-    if (json_array_append_new(u->done, json_pack("{s:s, s:s, s:s}", "path", u->cur, "name",
-                                                 strrchr(u->cur, '/') + 1, "type", "file")) < 0)
+    entry = json_pack("{s:s, s:s, s:s}", "path", u->cur, "name", strrchr(u->cur, '/') + 1, "type",
+                      "file");
+    if (entry && u->n_meta)
+        json_object_set_new(entry, "metadata", meta_json(u));
+    if (json_array_append_new(u->done, entry) < 0)
         return sbx_error_set(&r->err, ENOMEM, "allocate answer");
     return 0;
 }
@@ -315,16 +346,61 @@ static enum MHD_Result refuse(struct hctx *c, unsigned status, const char *msg)
     return sbx_e2b_respond_plain_error(c, status, msg);
 }
 
-static enum MHD_Result find_metadata(void *cls, enum MHD_ValueKind kind, const char *key,
+/* Keeps one X-Metadata-<key> header: the key lowercased, the first of a repeated one. */
+static enum MHD_Result take_metadata(void *cls, enum MHD_ValueKind kind, const char *key,
                                      const char *value)
 {
+    struct upload *u = cls;
+    struct sbx_ufs_meta *nm;
+    char *k;
+
     (void)kind;
-    (void)value;
-    if (strncasecmp(key, "X-Metadata-", 11) == 0) {
-        *(bool *)cls = true;
+    if (strncasecmp(key, "X-Metadata-", 11) != 0 || !key[11])
+        return MHD_YES;
+    for (size_t i = 0; i < u->n_meta; i++)
+        if (strcasecmp(u->meta[i].key, key + 11) == 0)
+            return MHD_YES;
+    if (u->n_meta == MAX_META) {
+        u->too_many = true;
         return MHD_NO;
     }
+    nm = realloc(u->meta, (u->n_meta + 1) * sizeof(*nm));
+    if (nm)
+        u->meta = nm;
+    if (!nm || !(k = strdup(key + 11))) {
+        u->no_memory = true;
+        return MHD_NO;
+    }
+    for (char *p = k; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    nm[u->n_meta].key = k;
+    nm[u->n_meta].value = strdup(value ? value : "");
+    if (!nm[u->n_meta].value) {
+        free(k);
+        u->no_memory = true;
+        return MHD_NO;
+    }
+    u->n_meta++;
     return MHD_YES;
+}
+
+/* The request's metadata headers, checked as envd checks them; false when answered. */
+static bool metadata_of(struct hctx *c, struct upload *u, enum MHD_Result *ret)
+{
+    char msg[320];
+
+    MHD_get_connection_values(c->conn, MHD_HEADER_KIND, take_metadata, u);
+    if (u->no_memory)
+        return *ret = MHD_NO, false;
+    if (u->too_many) {
+        snprintf(msg, sizeof(msg), "invalid metadata: more than %d keys", MAX_META);
+        return *ret = refuse(c, 400, msg), false;
+    }
+    if (sbx_ufs_meta_check(u->meta, u->n_meta, &u->r->err) < 0) {
+        snprintf(msg, sizeof(msg), "invalid metadata: %s", u->r->err.msg);
+        return *ret = refuse(c, 400, msg), false;
+    }
+    return true;
 }
 
 /* Checks the request and sets up what its body goes into; false when answered (*ret). */
@@ -337,7 +413,6 @@ static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
     uint64_t max = sbx_e2b_fs_max_upload();
     struct hreq *r = c->r;
     struct upload *u;
-    bool metadata = false;
     int rc = 0;
 
     if (!sbx_e2b_authorized(c, ret))
@@ -366,11 +441,8 @@ static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
         if (gzip_begin(u) < 0)
             return *ret = refuse(c, 500, r->err.msg), false;
     }
-    /* envd keeps X-Metadata-* as extended attributes; said plainly rather than dropped. */
-    MHD_get_connection_values(c->conn, MHD_HEADER_KIND, find_metadata, &metadata);
-    if (metadata)
-        return *ret = refuse(c, 400, "file metadata (X-Metadata-* headers) is not supported"),
-               false;
+    if (!metadata_of(c, u, ret))
+        return false;
     if (path && path[0] && (rc = sbx_e2b_fs_resolve(u->srv, &u->user, path, &u->path, &r->err)) < 0)
         return *ret = refuse(c, 400, r->err.msg), false;
     if (ct && strncasecmp(ct, "application/octet-stream", 24) == 0) {

@@ -156,6 +156,31 @@ void sbx_e2b_fs_entry_pb(const struct sbx_ufs_entry *u, struct e2b_pb_entry *p)
         p->e._symlink_target_case = FILESYSTEM__ENTRY_INFO___SYMLINK_TARGET_SYMLINK_TARGET;
         p->e.symlink_target = u->target;
     }
+    p->me = NULL;
+    p->mp = NULL;
+    if (!u->n_meta || !(p->me = calloc(u->n_meta, sizeof(*p->me))) ||
+        !(p->mp = calloc(u->n_meta, sizeof(*p->mp)))) {
+        sbx_e2b_fs_entry_pb_release(p);
+        return;
+    }
+    for (size_t i = 0; i < u->n_meta; i++) {
+        filesystem__entry_info__metadata_entry__init(&p->me[i]);
+        p->me[i].key = u->meta[i].key;
+        p->me[i].value = u->meta[i].value;
+        p->mp[i] = &p->me[i];
+    }
+    p->e.n_metadata = u->n_meta;
+    p->e.metadata = p->mp;
+}
+
+void sbx_e2b_fs_entry_pb_release(struct e2b_pb_entry *p)
+{
+    free(p->me);
+    free(p->mp);
+    p->me = NULL;
+    p->mp = NULL;
+    p->e.n_metadata = 0;
+    p->e.metadata = NULL;
 }
 
 /* The request's user as credentials, and path resolved for them; fails the call if it cannot. */
@@ -187,6 +212,7 @@ static void send_entry(struct sbx_e2b_call *c, ProtobufCMessage *resp, Filesyste
     *f = &p.e;
     if (sbx_e2b_call_send(c, resp) < 0)
         sbx_e2b_call_fail(c, SBX_CONNECT_INTERNAL, "cannot encode the answer");
+    sbx_e2b_fs_entry_pb_release(&p);
 }
 
 /* The operations that answer with one entry: a path (two for a move) to an entry. */
@@ -314,6 +340,8 @@ static void fs_list_dir(struct sbx_e2b_call *c, const ProtobufCMessage *req)
     resp.entries = ptrs;
     if (sbx_e2b_call_send(c, &resp.base) < 0)
         sbx_e2b_call_fail(c, SBX_CONNECT_INTERNAL, "cannot encode the answer");
+    for (size_t i = 0; i < n; i++)
+        sbx_e2b_fs_entry_pb_release(&pb[i]);
     sbx_ufs_entries_free(es, n);
 }
 

@@ -19,13 +19,17 @@ struct e2b_fs_state {
 
 extern struct e2b_fs_state sbx_e2b_fs_state;
 
-/* An EntryInfo pointing into a userfs entry (valid while it is). */
+/* An EntryInfo pointing into a userfs entry (valid while it is), with the metadata map's
+ * entries of its own (released with sbx_e2b_fs_entry_pb_release). */
 struct e2b_pb_entry {
     Filesystem__EntryInfo e;
     Google__Protobuf__Timestamp t;
+    Filesystem__EntryInfo__MetadataEntry *me, **mp;
 };
 
+/* Without memory for the metadata map, the entry goes without it. */
 void sbx_e2b_fs_entry_pb(const struct sbx_ufs_entry *u, struct e2b_pb_entry *p);
+void sbx_e2b_fs_entry_pb_release(struct e2b_pb_entry *p);
 /* envd's Connect code for -errno. */
 int sbx_e2b_fs_code(int r);
 

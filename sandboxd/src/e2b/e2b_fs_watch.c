@@ -31,6 +31,7 @@ struct pb_event {
 
 static void pb_event_release(struct pb_event *p)
 {
+    sbx_e2b_fs_entry_pb_release(&p->pe);
     sbx_ufs_entry_release(&p->e);
     free(p->path);
     free(p->name);
@@ -408,6 +409,7 @@ static int collect_event(void *arg, struct pb_event *p)
     k->ev.name = k->name;
     if (entry) {
         /* The message points into the entry's own arrays: made again where they now are. */
+        sbx_e2b_fs_entry_pb_release(&k->pe);
         sbx_e2b_fs_entry_pb(&k->e, &k->pe);
         k->ev.entry = &k->pe.e;
     }

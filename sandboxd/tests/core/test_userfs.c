@@ -176,6 +176,20 @@ static void test_changes(void)
         ok(r == 0 && stat(at("r"), &st) == 0 && (st.st_mode & 0777) == 0640 && st.st_size == 0,
            "a file written over keeps its permission bits");
     }
+    {
+        struct sbx_ufs_meta m[] = {{"zeta", "last"}, {"alpha", "first value"}};
+        struct sbx_ufs_meta bad[] = {{"k", "tab\there"}};
+        r = sbx_ufs_meta_set(&me, at("r"), m, 2, &err);
+        if (r == 0)
+            r = sbx_ufs_stat(&me, at("r"), &e, &err);
+        ok(r == 0 && e.n_meta == 2 && strcmp(e.meta[0].key, "alpha") == 0 &&
+               strcmp(e.meta[0].value, "first value") == 0 && strcmp(e.meta[1].key, "zeta") == 0,
+           "metadata set is read back with the entry, by key: %s", r ? err.msg : "");
+        if (r == 0)
+            sbx_ufs_entry_release(&e);
+        ok(sbx_ufs_meta_check(m, 2, &err) == 0, "printable metadata passes");
+        ok(sbx_ufs_meta_check(bad, 1, &err) == -EINVAL, "a tab in a value does not: %s", err.msg);
+    }
     ok(sbx_ufs_check_dir(&me, dir, false, &err) == 0, "a local directory may be watched");
     ok(sbx_ufs_check_dir(&me, at("r"), false, &err) == -ENOTDIR, "a file may not be watched");
 }
