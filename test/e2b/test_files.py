@@ -193,6 +193,23 @@ def test_watch_dir_polling(sandbox, tmp):
         h.get_new_events()  # removed
 
 
+def test_watch_dir_hides_what_the_user_may_not_list(sandbox, tmp):
+    from e2b.sandbox.filesystem.watch_handle import FilesystemEventType as T
+    (tmp / "private").mkdir(mode=0o700)
+    (tmp / "open").mkdir()
+    h = sandbox.files.watch_dir(str(tmp), recursive=True, user="nobody")
+    try:
+        (tmp / "private" / "secret-name").write_text("s")
+        (tmp / "open" / "visible").write_text("v")
+        got = _wait_for(h.get_new_events,
+                        lambda ev: ("open/visible", T.CREATE) in [(e.name, e.type) for e in ev],
+                        "an event nobody may see")
+        # the secret's events came first (inotify keeps the order): none of them was shown
+        assert not [e for e in got if "secret" in e.name], [(e.name, e.type) for e in got]
+    finally:
+        h.stop()
+
+
 def test_watch_dir_stream(daemon, tmp, monkeypatch):
     from e2b.sandbox.filesystem.watch_handle import FilesystemEventType as T
     monkeypatch.setenv("E2B_DEBUG", "true")

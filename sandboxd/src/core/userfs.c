@@ -538,6 +538,23 @@ int sbx_ufs_check_dir(const struct sbx_cred *c, const char *path, bool network_o
     return 0;
 }
 
+int sbx_ufs_may_list_parent(const struct sbx_cred *c, const char *path, struct sbx_error *err)
+{
+    _cleanup_free_ char *parent = strdup(path);
+    char *slash = parent ? strrchr(parent, '/') : NULL;
+
+    if (!parent)
+        return sbx_error_set(err, ENOMEM, "allocate path");
+    if (!slash)
+        return sbx_error_set(err, EINVAL, "'%s' is not absolute", path);
+    slash[slash == parent] = '\0'; /* "/x" has "/" */
+    AS_USER(c, err);
+    /* AT_EACCESS: checked with the thread's credentials (its fsuid), not the real uid. */
+    if (faccessat(AT_FDCWD, parent, R_OK | X_OK, AT_EACCESS) < 0)
+        return sbx_error_set(err, errno, "list '%s': %s", parent, strerror(errno));
+    return 0;
+}
+
 int sbx_ufs_writer_begin(const struct sbx_root *slash, const struct sbx_cred *c, const char *path,
                          struct sbx_fs_writer **ret, struct sbx_error *err)
 {

@@ -114,6 +114,9 @@ int sbx_ufs_open_read(const struct sbx_cred *c, const char *path, struct stat *s
 int sbx_ufs_check_dir(const struct sbx_cred *c, const char *path, bool network_ok,
                       struct sbx_error *err);
 
+/* Whether the user may list the directory holding path (read and search it): 0, -EACCES. */
+int sbx_ufs_may_list_parent(const struct sbx_cred *c, const char *path, struct sbx_error *err);
+
 /* An upload written as the user (files.h's writer: a temp file next to the target renamed over
  * it; missing parents created, the user's; 0644, or the permission bits of the file it
  * replaces). */

@@ -78,6 +78,19 @@ static Filesystem__EventType type_of(enum sbx_fsev_kind k)
     }
 }
 
+/* Whether the user may list the directory holding name (beneath dir); the watched directory
+ * itself they were checked for. */
+static bool visible(const char *dir, const char *name, const struct sbx_cred *cred)
+{
+    _cleanup_free_ char *path = NULL;
+
+    if (!name || !strchr(name, '/'))
+        return true;
+    if (asprintf(&path, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", name) < 0)
+        return false;
+    return sbx_ufs_may_list_parent(cred, path, NULL) == 0;
+}
+
 /* Hands envd's events for ev to fn (one, two for a rename, none for the daemon's own kinds);
  * stops at fn's first failure and returns it. */
 static int each_event(const struct sbx_fsev *ev, const char *dir, bool include,
@@ -89,14 +102,21 @@ static int each_event(const struct sbx_fsev *ev, const char *dir, bool include,
 
     if (t == FILESYSTEM__EVENT_TYPE__EVENT_TYPE_UNSPECIFIED)
         return 0;
+    /* The daemon watches a whole tree, the user may not list all of it: what happens in a
+     * directory they may not read is not theirs to see (a move between such a directory and
+     * one they may read shows as a create or a rename alone). */
     if (ev->kind == SBX_FSEV_RENAME) {
-        pb_event(&p, dir, ev->from ? ev->from : "", t, include, cred);
-        r = fn(arg, &p);
-        pb_event_release(&p);
-        if (r < 0)
-            return r;
+        if (visible(dir, ev->from, cred)) {
+            pb_event(&p, dir, ev->from ? ev->from : "", t, include, cred);
+            r = fn(arg, &p);
+            pb_event_release(&p);
+            if (r < 0)
+                return r;
+        }
         t = FILESYSTEM__EVENT_TYPE__EVENT_TYPE_CREATE;
     }
+    if (!visible(dir, ev->path, cred))
+        return 0;
     pb_event(&p, dir, ev->path ? ev->path : "", t, include, cred);
     r = fn(arg, &p);
     pb_event_release(&p);

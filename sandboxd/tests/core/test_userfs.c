@@ -238,6 +238,10 @@ static void test_other_user(void)
     ok(r == -EACCES && stat(at("private/secret"), &st) == 0, "nor remove what it holds: %d %s", r,
        err.msg);
     ok(sbx_ufs_check_dir(&nobody, at("private"), false, &err) == -EACCES, "nor watch it");
+    ok(sbx_ufs_may_list_parent(&nobody, at("private/secret"), &err) == -EACCES &&
+           sbx_ufs_may_list_parent(&me, at("private/secret"), &err) == 0 &&
+           sbx_ufs_may_list_parent(&nobody, at("private"), &err) == 0,
+       "nor list what holds its secret, which root may");
     ok(setfsuid((uid_t)-1) == 0, "the thread is itself again after each call");
 
     mkdir(at("open"), 0777);
