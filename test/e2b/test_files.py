@@ -301,6 +301,33 @@ def test_upload_100_mib_multipart(sandbox, tmp):
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()
 
 
+def test_upload_cut_off_leaves_nothing(daemon, tmp):
+    """A client that goes away mid-upload (raw and multipart) leaves no file and no temp file."""
+    import socket
+    bodies = [
+        ("application/octet-stream", b"x" * MIB),
+        ("multipart/form-data; boundary=zz",
+         b'--zz\r\nContent-Disposition: form-data; name="file"; filename="' +
+         str(tmp / "cut2").encode() + b'"\r\n\r\n' + b"y" * MIB),
+    ]
+    for ctype, part in bodies:
+        s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+        q = f"?path={tmp}/cut1" if ctype.startswith("application") else ""
+        s.sendall(f"POST /files{q} HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
+                  f"Content-Length: {10 * MIB}\r\n\r\n".encode() + part)
+        # the upload is under way: its temp file is there
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not list(tmp.glob(".sandboxd-tmp*")):
+            time.sleep(0.01)
+        assert list(tmp.glob(".sandboxd-tmp*")), ctype
+        s.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and list(tmp.iterdir()):
+            time.sleep(0.05)
+        assert not list(tmp.iterdir()), ctype
+    assert daemon.alive()
+
+
 # ---------------------------------------------------------------------------------------------
 # GET/POST /files with bad input, through curl: envd's JSON errors, and the daemon stays up.
 
