@@ -235,6 +235,32 @@ def test_watch_dir_stream(daemon, tmp, monkeypatch):
     assert created[0].entry is not None and created[0].entry.path == str(tmp / "streamed")
 
 
+def test_sigterm_with_watches_open(make_daemon, tmp, monkeypatch):
+    """The daemon stops cleanly (exit 0, nothing leaked under ASan) with a WatchDir stream and a
+    polling watcher open; the stream ends."""
+    d = make_daemon()
+    monkeypatch.setenv("E2B_DEBUG", "true")
+    monkeypatch.setenv("E2B_SANDBOX_URL", d.url)
+    from e2b import Sandbox
+    Sandbox.create().files.watch_dir(str(tmp))  # a polling watcher, never removed
+    ended = []
+
+    async def run():
+        sbx = await AsyncSandbox.create()
+        h = await sbx.files.watch_dir(str(tmp), on_event=lambda e: None,
+                                      on_exit=lambda e: ended.append(e), timeout=0)
+        (tmp / "x").write_text("x")
+        await asyncio.sleep(0.2)
+        await asyncio.get_running_loop().run_in_executor(None, d.stop)  # asserts exit 0
+        deadline = time.monotonic() + 20
+        while not ended and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await h.stop()
+
+    asyncio.run(run())
+    assert ended, "the stream did not end when the daemon stopped"
+
+
 def test_watch_dir_errors(sandbox, tmp):
     with pytest.raises(FileNotFoundException):
         sandbox.files.watch_dir(str(tmp / "missing"))
