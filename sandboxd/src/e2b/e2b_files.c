@@ -417,6 +417,8 @@ static bool upload_begin(struct hctx *c, enum MHD_Result *ret)
 
     if (!sbx_e2b_authorized(c, ret))
         return false;
+    if (!sbx_e2b_fs_state.ready)
+        return *ret = sbx_e2b_respond_plain_error(c, 503, "file uploads are not set up"), false;
     if (!(u = calloc(1, sizeof(*u))) || !(u->done = json_array())) {
         free(u);
         *ret = MHD_NO;

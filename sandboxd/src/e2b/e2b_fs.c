@@ -190,6 +190,10 @@ static bool begin(struct sbx_e2b_call *c, const char *path, struct sbx_cred *cre
     struct sbx_error err = {0};
     int r;
 
+    if (!sbx_e2b_fs_state.ready) {
+        sbx_e2b_call_fail(c, SBX_CONNECT_UNAVAILABLE, "the filesystem service is not set up");
+        return false;
+    }
     sbx_e2b_cred_of(u, cred);
     r = sbx_e2b_fs_resolve(sbx_e2b_call_server(c), u, path, abs, &err);
     if (r < 0)
