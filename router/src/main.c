@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "authz.h"
+#include "e2b_api.h"
 #include "flags.h"
 #include "http.h"
 #include "kube.h"
@@ -63,6 +64,11 @@ static bool arg_cache_enabled;
 static const char *arg_cache_namespace;
 static uint64_t arg_wake_timeout_ms = 60000;
 static uint64_t arg_cache_resync_ms = 600000;
+static bool arg_e2b_api;
+static const char *arg_e2b_domain = "";
+static const char *arg_e2b_api_keys_secret = "sandboxd-e2b-api-keys";
+static const char *arg_e2b_envd_version = "0.5.2";
+static uint64_t arg_e2b_create_timeout_ms = 60000;
 
 static int opt_count(const char *v, void *dst)
 {
@@ -170,6 +176,20 @@ static const struct sbx_flag flag_table[] = {
      "comes back (10m)"},
     {"wake-timeout", sbx_flag_duration, &arg_wake_timeout_ms,
      "how long a request for a suspended sandbox waits for it to be Ready (60s)"},
+    {"e2b-api", NULL, &arg_e2b_api,
+     "serve E2B's control plane (POST/GET /sandboxes, ...) on the HTTP/1.1 side: sandboxes are "
+     "SandboxClaims in the namespace of the request's X-API-Key (needs --e2b-api-keys-secret)"},
+    {"e2b-domain", sbx_flag_string, &arg_e2b_domain,
+     "E2B's domain: sandbox traffic to <port>-<sandboxid>.<domain> (and, with --e2b-api, the API "
+     "at api.<domain>); the headers E2b-Sandbox-Id/-Port route on any host with --e2b-api or a "
+     "domain (\"\": none)"},
+    {"e2b-api-keys-secret", sbx_flag_string, &arg_e2b_api_keys_secret,
+     "the Secret \"[namespace/]name\" whose data maps E2B API keys to namespaces (the router's "
+     "namespace when none; sandboxd-e2b-api-keys)"},
+    {"e2b-envd-version", sbx_flag_string, &arg_e2b_envd_version,
+     "the envd version E2B answers name, which the SDKs read for what a sandbox can do (0.5.2)"},
+    {"e2b-create-timeout", sbx_flag_duration, &arg_e2b_create_timeout_ms,
+     "how long POST /sandboxes waits for the sandbox to be Ready (60s)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
@@ -178,6 +198,7 @@ struct router {
     struct sbx_kube *kube; /* when a mode needs the API server */
     struct sbx_authz *authz;
     struct sbx_resolver *resolver;
+    struct sbx_e2b *e2b;
     struct sbx_relay *relay;
     struct sbx_router_http *http;
     struct sbx_proxy *proxy;
@@ -329,6 +350,36 @@ static int start_resolver(struct router *r, struct sbx_error *err)
     return sbx_resolver_new(&r->resolver, &o, err);
 }
 
+/* E2B's API and sandbox routing (--e2b-api, --e2b-domain), when asked for. */
+static int start_e2b(struct router *r, struct sbx_error *err)
+{
+    struct sbx_e2b_opts o = {.api = arg_e2b_api,
+                             .domain = arg_e2b_domain,
+                             .lookup_ns = arg_cache_namespace,
+                             .envd_version = arg_e2b_envd_version,
+                             .create_timeout_ms = arg_e2b_create_timeout_ms};
+    const char *slash = strchr(arg_e2b_api_keys_secret, '/');
+    char ns[64] = "";
+    int rc;
+
+    if (!arg_e2b_api && !*arg_e2b_domain)
+        return 0;
+    if ((rc = kube_client(r, err)) < 0)
+        return sbx_error_wrap(err, "--e2b-api");
+    if (slash && (size_t)(slash - arg_e2b_api_keys_secret) < sizeof(ns))
+        snprintf(ns, sizeof(ns), "%.*s", (int)(slash - arg_e2b_api_keys_secret),
+                 arg_e2b_api_keys_secret);
+    else if (!slash) /* a kubeconfig's context without one means "default" */
+        snprintf(ns, sizeof(ns), "%s",
+                 sbx_kube_namespace(r->kube) ? sbx_kube_namespace(r->kube) : "default");
+    o.kube = r->kube;
+    o.keys_ns = ns;
+    o.keys_name = slash ? slash + 1 : arg_e2b_api_keys_secret;
+    if ((rc = sbx_e2b_new(&r->e2b, &o, err)) < 0)
+        return sbx_error_wrap(err, "--e2b-api-keys-secret=%s", arg_e2b_api_keys_secret);
+    return 0;
+}
+
 /* The TLS port, when one is asked for. */
 static int start_tls(struct router *r, struct sbx_error *err)
 {
@@ -389,11 +440,13 @@ static int start(struct router *r, struct sbx_relay_opts *ro, struct sbx_error *
         0)
         return rc;
     lo.host = *host ? host : NULL;
-    if ((rc = start_authz(r, err)) < 0 || (rc = start_resolver(r, err)) < 0)
+    if ((rc = start_authz(r, err)) < 0 || (rc = start_resolver(r, err)) < 0 ||
+        (rc = start_e2b(r, err)) < 0)
         return rc;
     ro->authz = r->authz;
     ro->resolver = r->resolver;
     proxy_opts(&po, ro);
+    po.hook = r->e2b ? sbx_e2b_hook(r->e2b) : NULL;
     if ((rc = sbx_relay_new(&r->relay, ro, err)) < 0 || (rc = sbx_relay_start(r->relay, err)) < 0 ||
         (rc = sbx_proxy_new(&r->proxy, &po, err)) < 0 ||
         (rc = sbx_router_http_start(&r->http, &ho, err)) < 0 ||
@@ -425,6 +478,7 @@ static void stop(struct router *r)
     sbx_listener_free(r->tls_listener);
     sbx_authz_free(r->authz); /* after the relay and the proxy: their threads may be deciding */
     sbx_resolver_free(r->resolver); /* likewise resolving; its informers use the client */
+    sbx_e2b_free(r->e2b);           /* likewise serving */
     sbx_kube_free(r->kube);
 }
 

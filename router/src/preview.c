@@ -15,14 +15,12 @@ static int copy(char *dst, size_t size, const char *s, size_t len)
     return 0;
 }
 
-int sbx_preview_from_host(const char *host, size_t len, const char *domain, struct sbx_preview *p)
+long sbx_host_under(const char *host, size_t len, const char *domain)
 {
     size_t dlen = domain ? strlen(domain) : 0, n = len;
-    const char *dot, *dash;
 
-    memset(p, 0, sizeof(*p));
     if (dlen == 0)
-        return 0;
+        return -1;
     for (size_t i = len; i > 0; i--) /* a port after the name (not inside an IPv6 literal) */
         if (host[i - 1] == ':') {
             n = i - 1;
@@ -33,8 +31,20 @@ int sbx_preview_from_host(const char *host, size_t len, const char *domain, stru
     if (n > 0 && host[n - 1] == '.')
         n--; /* the root's dot */
     if (n <= dlen + 1 || host[n - dlen - 1] != '.' || strncasecmp(host + n - dlen, domain, dlen))
+        return -1;
+    return (long)(n - dlen - 1);
+}
+
+int sbx_preview_from_host(const char *host, size_t len, const char *domain, struct sbx_preview *p)
+{
+    long under = sbx_host_under(host, len, domain);
+    size_t n = under > 0 ? (size_t)under : 0;
+    const char *dot, *dash;
+
+    memset(p, 0, sizeof(*p));
+    if (under < 0)
         return 0;
-    n -= dlen + 1; /* "<port>-<name>.<namespace>" */
+    /* "<port>-<name>.<namespace>" */
     if (!(dot = memchr(host, '.', n)) || memchr(dot + 1, '.', n - (size_t)(dot + 1 - host)))
         return -EINVAL;
     if (!(dash = memchr(host, '-', (size_t)(dot - host))))

@@ -13,6 +13,10 @@ struct sbx_preview {
     size_t path_len;  /* 0: the target needs its slash (the caller redirects) */
 };
 
+/* The length of the labels before ".<domain>" in host (without or with ":port", a root's dot
+ * allowed; the domain in any case), or -1 when host is not under domain (or domain is empty). */
+long sbx_host_under(const char *host, size_t len, const char *domain);
+
 /* 1 when host (without or with ":port") is a preview host under domain, 0 when it is not under
  * it, -EINVAL when it is but does not name a port and a sandbox. */
 int sbx_preview_from_host(const char *host, size_t len, const char *domain, struct sbx_preview *p);

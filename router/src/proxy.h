@@ -16,6 +16,31 @@
 #include "target.h"
 
 struct sbx_proxy;
+struct sbx_h1_msg;
+struct sbx_preview;
+
+/* What a hook answers in the proxy's stead. */
+struct sbx_proxy_reply {
+    unsigned status;
+    char extra[256]; /* more head fields, each line ending "\r\n" ("" for none) */
+    char *body;      /* JSON (malloc'ed; the proxy frees it); NULL: none */
+};
+
+/* A protocol of its own on the HTTP/1.1 side (the E2B API), which the proxy knows only by these
+ * calls, made on the connection's thread (they may block, bounded). */
+struct sbx_proxy_hook {
+    /* True when the request is one the hook answers itself. */
+    bool (*wants)(void *arg, const struct sbx_h1_msg *m);
+    /* Answers it from its head and its whole body (at most max_body bytes). */
+    void (*serve)(void *arg, const struct sbx_h1_msg *m, const char *body, size_t len,
+                  struct sbx_proxy_reply *r);
+    /* The keys of a request with no X-Sandbox-ID: 1 with k's id, ns and port set (path NULL:
+     * the target is forwarded as it is), 0 when it is not the hook's, < 0 with r the refusal. */
+    int (*route)(void *arg, const struct sbx_h1_msg *m, struct sbx_preview *k,
+                 struct sbx_proxy_reply *r);
+    void *arg;
+    size_t max_body;
+};
 
 struct sbx_proxy_opts {
     struct sbx_target_opts target;
@@ -35,6 +60,7 @@ struct sbx_proxy_opts {
     /* Decides each request before it is relayed (NULL: every request passes, Authorization
      * dropped); borrowed, outlives the proxy. */
     struct sbx_authz *authz;
+    const struct sbx_proxy_hook *hook; /* borrowed; NULL: none */
 };
 
 /* Counters for /metrics. */

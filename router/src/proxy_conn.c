@@ -40,19 +40,24 @@ static bool write_all(int fd, const char *buf, size_t len, uint64_t timeout_ms)
 
 /* Answers a body of ours (JSON), with the head fields extra ("" or lines ending "\r\n"), and
  * counts it. */
-static int reply_with(struct proxy_conn *c, unsigned status, const char *extra, const char *body,
-                      bool close)
+int proxy_reply(struct proxy_conn *c, unsigned status, const char *extra, const char *body,
+                bool close)
 {
-    char head[320];
+    char head[600];
     size_t blen = strlen(body);
-    int hlen = snprintf(head, sizeof(head),
-                        "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: "
-                        "%zu\r\n%s%s\r\n",
-                        status,
-                        status < 300   ? "OK"
-                        : status < 500 ? "Refused"
-                                       : "Error",
-                        blen, extra, close ? "Connection: close\r\n" : "");
+    char length[96] = "";
+    int hlen;
+
+    if (status != 204) /* which has no body, and says no length (RFC 9110 §8.6) */
+        snprintf(length, sizeof(length),
+                 "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
+    hlen = snprintf(head, sizeof(head), "HTTP/1.1 %u %s\r\n%s%s%s\r\n", status,
+                    status < 300   ? "OK"
+                    : status < 500 ? "Refused"
+                                   : "Error",
+                    length, extra, close ? "Connection: close\r\n" : "");
+    if (hlen >= (int)sizeof(head))
+        return -EINVAL;
 
     STAT_ADD(c->p, by_status[status / 100 % 6], 1);
     return write_all(c->cfd, head, (size_t)hlen, c->p->o.proxy_timeout_ms) &&
@@ -63,7 +68,7 @@ static int reply_with(struct proxy_conn *c, unsigned status, const char *extra, 
 
 static int reply(struct proxy_conn *c, unsigned status, const char *body, bool close)
 {
-    return reply_with(c, status, "", body, close);
+    return proxy_reply(c, status, "", body, close);
 }
 
 int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool close)
@@ -296,7 +301,7 @@ static void unresolved(struct proxy_conn *c, int rc, const char *msg)
             body[n++] = *msg;
     snprintf(body + n, sizeof(body) - n, "\"}\n");
     snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", SBX_RESOLVER_RETRY_AFTER_S);
-    reply_with(c, rc == -ENOENT ? 404 : 503, rc == -ETIMEDOUT ? extra : "", body, true);
+    proxy_reply(c, rc == -ENOENT ? 404 : 503, rc == -ETIMEDOUT ? extra : "", body, true);
 }
 
 /* The target of a request from its X-Sandbox-* headers or its preview URL; answers the refusal
@@ -317,6 +322,11 @@ static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_ta
 
     memset(pv, 0, sizeof(*pv));
     t->host[0] = '\0';
+    if (!k.id && (rc = proxy_hook_route(c, m, pv)) != 0) {
+        if (rc < 0)
+            return rc;
+        k = (struct sbx_route_keys){.id = pv->id, .ns = pv->ns, .port = pv->port};
+    }
     if (!k.id && (rc = preview(c, m, pv, &k)) < 0)
         return rc;
     if (sbx_target_parse(&k, c->p->o.default_port, &c->p->o.target, t, &err) < 0) {
@@ -480,6 +490,8 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
         c->up.woff = c->up.wend = head_len;
         return rc == 0 && !x.close_after;
     }
+    if (c->p->o.hook && c->p->o.hook->wants(c->p->o.hook->arg, m))
+        return proxy_hook_serve(c, m, head_len, x.close_after);
     if (!prepare(c, m, &t, &x, head_len)) {
         proxy_authz_done(&x);
         return false;

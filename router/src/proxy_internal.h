@@ -80,6 +80,19 @@ void proxy_conn_serve(struct proxy_conn *c);
 /* proxy_conn.c: answers an error of ours as JSON {"detail": msg} and counts it. */
 int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool close);
 
+/* proxy_conn.c: answers status with a JSON body of ours and extra head fields ("" or lines
+ * ending "\r\n"), and counts it; -EPIPE when the client could not take it. */
+int proxy_reply(struct proxy_conn *c, unsigned status, const char *extra, const char *body,
+                bool close);
+
+/* proxy_hook.c: a request the hook answers (its body read whole); true when the connection
+ * may serve another. */
+bool proxy_hook_serve(struct proxy_conn *c, const struct sbx_h1_msg *m, size_t head_len,
+                      bool close_after);
+/* proxy_hook.c: the hook's keys for a request without X-Sandbox-ID (sbx_proxy_hook.route): 1
+ * with pv set, 0 when none (or no hook), < 0 when refused (answered). */
+int proxy_hook_route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_preview *pv);
+
 /* proxy_pump.c: relays the request's body and the response until the exchange ends; returns 0
  * when the client connection may serve another request, 1 to close it quietly, -errno when the
  * upstream failed before any response byte reached the client (the caller answers). */
