@@ -15,3 +15,4 @@ cp "$config/rbac/role.yaml" "$chart/files/rbac/role.yaml"
 cp "$here/../../router/config/rbac/role.yaml" "$chart/files/rbac/router-role.yaml"
 cp "$here/../../router/config/rbac/authz-sandbox-token.yaml" \
   "$chart/files/rbac/router-sandbox-token.yaml"
+cp "$here/../../router/config/rbac/e2b.yaml" "$chart/files/rbac/router-e2b.yaml"

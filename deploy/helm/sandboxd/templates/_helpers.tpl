@@ -96,6 +96,11 @@ app.kubernetes.io/name: sandboxd-router
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The Secret of the router's E2B API keys: router.e2b.existingSecret, else the chart's. */}}
+{{- define "sandboxd.e2bSecret" -}}
+{{- default (printf "%s-e2b-api-keys" .Release.Name | trunc 63 | trimSuffix "-") .Values.router.e2b.existingSecret -}}
+{{- end }}
+
 {{/* The router's arguments: its ports, the cache, and each value of `router` that is set, as
 the flag it names. */}}
 {{- define "sandboxd.routerArgs" -}}
@@ -117,6 +122,19 @@ the flag it names. */}}
 - --authz-mode={{ $r.authzMode }}
 {{- if eq $r.authzMode "scoped-token" }}
 - --authz-scoped-token-secret-file=/etc/sandboxd-router/scoped-token/{{ $r.scopedTokenSecret.key }}
+{{- end }}
+{{- if $r.e2b.enabled }}
+- --e2b-api
+- --e2b-api-keys-secret={{ include "sandboxd.namespace" . }}/{{ include "sandboxd.e2bSecret" . }}
+{{- with $r.e2b.domain }}
+- --e2b-domain={{ . }}
+{{- end }}
+{{- with $r.e2b.envdVersion }}
+- --e2b-envd-version={{ . }}
+{{- end }}
+{{- with $r.e2b.createTimeout }}
+- --e2b-create-timeout={{ . }}
+{{- end }}
 {{- end }}
 {{- range $flags }}
 {{- $v := index $r (index . 0) }}
