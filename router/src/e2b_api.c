@@ -217,9 +217,8 @@ static json_t *new_claim(struct call *c, const char *id, const char *tmpl, const
 {
     char end[32];
     json_t *md = json_object_get(body, "metadata"), *env = json_object_get(body, "envVars");
-    _cleanup_free_ char *mds = json_dumps(json_is_object(md) ? md : json_object(), JSON_COMPACT);
-    _cleanup_free_ char *envs =
-        json_dumps(json_is_object(env) ? env : json_object(), JSON_COMPACT);
+    _cleanup_free_ char *mds = json_is_object(md) ? json_dumps(md, JSON_COMPACT) : strdup("{}");
+    _cleanup_free_ char *envs = json_is_object(env) ? json_dumps(env, JSON_COMPACT) : strdup("{}");
 
     sbx_rfc3339(time(NULL) + timeout_s, end);
     if (!mds || !envs)

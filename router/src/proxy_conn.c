@@ -224,8 +224,13 @@ static int build_request(struct proxy_conn *c, const struct sbx_h1_msg *m, const
             PUT("%.*s: %.*s\r\n", (int)f->name_len, f->name, (int)f->value_len, f->value);
         }
     }
-    if (n < size)
+    if (n < size && x->hooked && sbx_h1_get(m, "Authorization")) {
+        /* the hook's traffic: its Authorization is the sandbox's (E2B's Basic user), not ours */
+        const struct sbx_h1_field *f = sbx_h1_get(m, "Authorization");
+        PUT("Authorization: %.*s\r\n", (int)f->value_len, f->value);
+    } else if (n < size) {
         n += proxy_authz_authorization(x, m, out + n, size - n);
+    }
     if (upgrade) {
         const struct sbx_h1_field *f = sbx_h1_get(m, "Upgrade");
         PUT("Connection: Upgrade\r\nUpgrade: %.*s\r\n", (int)f->value_len, f->value);
@@ -307,7 +312,7 @@ static void unresolved(struct proxy_conn *c, int rc, const char *msg)
 /* The target of a request from its X-Sandbox-* headers or its preview URL; answers the refusal
  * itself. *path is what to forward as the target (NULL: the request's own). */
 static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_target *t,
-                 struct sbx_preview *pv)
+                 struct sbx_preview *pv, struct exchange *x)
 {
     char id[KEY_MAX], ns[KEY_MAX], port[KEY_MAX], uid[KEY_MAX], ip[KEY_MAX];
     struct sbx_route_keys k = {
@@ -326,6 +331,7 @@ static int route(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx_ta
         if (rc < 0)
             return rc;
         k = (struct sbx_route_keys){.id = pv->id, .ns = pv->ns, .port = pv->port};
+        x->hooked = true;
     }
     if (!k.id && (rc = preview(c, m, pv, &k)) < 0)
         return rc;
@@ -430,7 +436,7 @@ static bool prepare(struct proxy_conn *c, const struct sbx_h1_msg *m, struct sbx
 {
     struct sbx_preview pv;
 
-    if (route(c, m, t, &pv) < 0)
+    if (route(c, m, t, &pv, x) < 0)
         return false;
     if (sbx_h1_request_body(m, &x->req) < 0) {
         proxy_answer(c, 400, "Invalid Content-Length.", true);

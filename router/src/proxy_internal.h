@@ -51,6 +51,7 @@ struct exchange {
     bool reused;                 /* ufd served a request before this one */
     bool splice_up, splice_down; /* a body moving through the kernel pipe */
     bool rerouted;               /* resolved again after its cached address proved dead */
+    bool hooked;                 /* routed by the hook: its Authorization is the sandbox's */
     int resp_state;              /* EX_HEAD, EX_BODY, EX_DONE, EX_TUNNEL */
     int status;                  /* the response's, once its head came */
     uint64_t head_wait_ms;

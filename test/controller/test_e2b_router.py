@@ -1,0 +1,332 @@
+"""E2B's control plane in sandboxd-router (--e2b-api, --e2b-domain) against the real control
+plane: the unmodified `e2b` Python SDK from PyPI creates a sandbox (a SandboxClaim on the warm
+pool its template ID names, in the namespace of its API key), reads it, lists it by metadata,
+moves its timeout and kills it; raw HTTP covers the refusals (E2B's JSON error bodies and
+status codes), and E2B's sandbox traffic (the E2b-Sandbox-Id / E2b-Sandbox-Port headers on the
+router's own host, and hosts <port>-<sandboxid>.<domain>) reaches the claim's pod at that port,
+here an echo server on the loopback address kwok gives the pods.
+
+The site is test_sdk_lifecycle's (a controller, a loopback template, a warm pool "p" of one and a
+real sandboxd behind the warm sandbox); the router test_router's, run as router/config's service
+account with router/config/rbac/e2b.yaml's rights on top. envd (the sandbox side of commands and
+files) is not here: E2B_SANDBOX_URL points the SDK's sandbox traffic at the router, and what
+reaches the pod is checked by the echo server.
+
+Needs SANDBOXD_BIN, SANDBOXD_CONTROLLER_BIN, SANDBOXD_ROUTER_BIN and PyPI (the SDK's virtualenv,
+made once under ~/.cache/sandboxd/e2b-venv)."""
+
+import base64
+import http.client
+import http.server
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, free_port, wait_until
+from test_pool import EXT, pool, wait_pool_ready
+from test_router import POD_IP, new_ip, router_rbac, routers  # noqa: F401 - fixtures
+from test_sdk_lifecycle import site  # noqa: F401 - fixture
+
+E2B_VERSION = "2.63.0"  # the newest e2b on PyPI when this was written
+KEY = "e2b_0123456789abcdef"
+DOMAIN = "e2b.test"
+CLAIM = (EXT, "SandboxClaim")
+ID_LABEL = "e2b.sandboxd.dev/sandbox-id"
+
+
+@pytest.fixture(scope="module")
+def e2b_python():
+    venv = Path.home() / ".cache" / "sandboxd" / "e2b-venv"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=120)
+    have = subprocess.run([str(py), "-c", "import e2b.api.metadata as m; print(m.package_version)"],
+                          capture_output=True, text=True)
+    if have.stdout.strip() != E2B_VERSION:
+        p = subprocess.run([str(py), "-m", "pip", "install", "-q", f"e2b=={E2B_VERSION}"],
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            pytest.skip(f"e2b=={E2B_VERSION} does not install: {p.stderr[-500:]}")
+    return py
+
+
+@pytest.fixture
+def e2b_router(site, routers, router_rbac, cluster):  # noqa: F811
+    """The router with E2B on, its keys' Secret mapping KEY to the site's namespace."""
+    for obj in yaml.safe_load_all((REPO / "router/config/rbac/e2b.yaml").read_text()):
+        cluster.admin.apply(obj)
+    site.k.create({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "e2b-keys", "namespace": site.ns},
+                   "data": {KEY: base64.b64encode(site.ns.encode()).decode()}})
+    r = routers("--e2b-api", f"--e2b-domain={DOMAIN}", f"--e2b-api-keys-secret={site.ns}/e2b-keys")
+    wait_until(r.ready, 30, what="router ready")
+    return r
+
+
+class Echo:
+    """An HTTP server answering each request with what it got: method, target, headers (and
+    GET /health with envd's 204, for the SDK's is_running)."""
+
+    def __init__(self, ip="127.0.0.1", port=None):
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                if self.path == "/health":
+                    self.send_response(204)
+                    self.end_headers()
+                    return
+                body = json.dumps({"path": self.path, "host": self.headers.get("Host")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.port = port or free_port()
+        self.srv = http.server.ThreadingHTTPServer((ip, self.port), Handler)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def call(port, method, path, body=None, headers=None, raw=None):
+    """One request to the router: (status, headers, parsed JSON or text)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+    try:
+        h = dict(headers or {})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        if data is not None and "Transfer-Encoding" not in h:
+            h.setdefault("Content-Type", "application/json")
+        conn.request(method, path, body=data, headers=h)
+        r = conn.getresponse()
+        text = r.read().decode()
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text
+        return r.status, dict(r.getheaders()), parsed
+    finally:
+        conn.close()
+
+
+def api(r, method, path, body=None, key=KEY, **kw):
+    return call(r.port, method, path, body, {"X-API-Key": key} if key else {}, **kw)
+
+
+SDK = r"""
+import json, os, sys
+from datetime import datetime, timezone
+from e2b import Sandbox, SandboxQuery
+from e2b.connection_config import ConnectionConfig
+from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
+
+# envd's port, which the SDK names in E2b-Sandbox-Port: the stand-in's (another test's envd may
+# hold *:49983 on this machine, which no other address can then bind).
+ConnectionConfig.envd_port = int(sys.argv[1])
+out = {}
+sb = Sandbox.create(template="envd", timeout=120, metadata={"team": "a", "run": "1"},
+                    envs={"GREETING": "hi there"})
+out["id"], out["domain"] = sb.sandbox_id, sb.sandbox_domain
+out["running"] = sb.is_running()  # GET /health at 49983, through the router by E2b-Sandbox-Id
+out["connected"] = Sandbox.connect(sb.sandbox_id).sandbox_id
+info = sb.get_info()
+out["info"] = {"template": info.template_id, "metadata": info.metadata,
+               "state": str(info.state.value), "left": (info.end_at - datetime.now(timezone.utc)).total_seconds()}
+out["listed"] = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"team": "a"})).next_items()]
+out["not_listed"] = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"team": "b"})).next_items()]
+sb.set_timeout(900)
+out["left_after"] = (sb.get_info().end_at - datetime.now(timezone.utc)).total_seconds()
+try:
+    Sandbox.get_info("nosuchsandbox0")
+except NotFoundException as e:
+    out["missing"] = type(e).__name__
+try:
+    Sandbox.create(template="nosuchtemplate")
+except SandboxException as e:
+    out["no_template"] = [type(e).__name__, str(e)]
+try:
+    Sandbox.list(api_key="e2b_wrong").next_items()
+except AuthenticationException as e:
+    out["bad_key"] = type(e).__name__
+out["claim_" + sb.sandbox_id] = True
+print(json.dumps(out), flush=True)
+sys.stdin.readline()  # the test looks at the cluster meanwhile
+out2 = {"killed": sb.kill(), "killed_again": Sandbox.kill(sb.sandbox_id),
+        "running": sb.is_running()}  # the router's 502 "... was not found": False
+try:
+    sb.get_info()
+except NotFoundException as e:
+    out2["after_kill"] = type(e).__name__
+print(json.dumps(out2), flush=True)
+"""
+
+
+def envd_pool(site):  # noqa: F811
+    """A template "envd" whose pods kwok puts on an address of their own, and its pool of one:
+    a stand-in envd there answers the SDK's GET /health."""
+    ip = new_ip()
+    site.k.create({"apiVersion": EXT, "kind": "SandboxTemplate",
+                   "metadata": {"name": "envd", "namespace": site.ns},
+                   "spec": {"podTemplate": {"metadata": {"labels": {POD_IP: ip}}, "spec": {
+                       "containers": [{"name": "main", "image": "debian:12"}]}}}})
+    pool(site.k, site.ns, "envd", 1, tpl="envd")
+    wait_pool_ready(site.k, site.ns, "envd", 1)
+    return Echo(ip)
+
+
+def test_sdk_create_info_list_timeout_kill(site, e2b_router, e2b_python):  # noqa: F811
+    envd = envd_pool(site)
+    r = e2b_router
+    env = site.env(E2B_API_URL=f"http://127.0.0.1:{r.port}", E2B_API_KEY=KEY, E2B_DOMAIN=DOMAIN,
+                   E2B_SANDBOX_URL=f"http://127.0.0.1:{r.port}")
+    p = subprocess.Popen([str(e2b_python), "-c", SDK, str(envd.port)], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line, p.stderr.read() if p.poll() is not None else "no output"
+        out = json.loads(line)
+        sid = out["id"]
+        assert sid.isalnum() and sid == sid.lower() and len(sid) == 20
+        assert out["domain"] == DOMAIN and out["running"] is True and out["connected"] == sid
+        health = [h for (m, path, h) in envd.seen if path == "/health"]
+        assert health and health[0].get("e2b-sandbox-id") == sid
+        assert health[0].get("x-access-token") == site.token_of(
+            site.k.get(*CLAIM, site.ns, sid)["status"]["sandbox"]["name"])
+        assert out["info"]["template"] == "envd" and out["info"]["state"] == "running"
+        assert out["info"]["metadata"] == {"team": "a", "run": "1"}
+        assert 100 < out["info"]["left"] <= 121, out["info"]
+        assert out["listed"] == [sid] and out["not_listed"] == []
+        assert 880 < out["left_after"] <= 901
+        assert out["missing"] == "SandboxNotFoundException"
+        assert out["no_template"][0] == "SandboxException" and "404" in out["no_template"][1]
+        assert out["bad_key"] == "AuthenticationException"
+
+        # In the cluster: the claim named by the ID, on pool p, adopted the warm sandbox; its
+        # end is the Sandbox's too; metadata and env vars kept in annotations.
+        claim = site.k.get(*CLAIM, site.ns, sid)
+        assert claim["metadata"]["labels"][ID_LABEL] == sid
+        assert claim["spec"]["warmPoolRef"] == {"name": "envd"}
+        ann = claim["metadata"]["annotations"]
+        assert json.loads(ann["e2b.sandboxd.dev/env-vars"]) == {"GREETING": "hi there"}
+        assert json.loads(ann["e2b.sandboxd.dev/metadata"]) == {"team": "a", "run": "1"}
+        sb_name = claim["status"]["sandbox"]["name"]
+        sandbox = site.k.get("agents.x-k8s.io/v1beta1", "Sandbox", site.ns, sb_name)
+        assert sandbox["spec"]["shutdownTime"] == claim["spec"]["lifecycle"]["shutdownTime"]
+        assert sandbox["spec"]["shutdownPolicy"] == "Delete"
+
+        # The create's answer carried the sandbox's token as envd's access token.
+        status, _, body = api(r, "POST", f"/v2/sandboxes/{sid}/connect", {"timeout": 60})
+        assert status == 200 and body["sandboxID"] == sid
+        assert body["envdAccessToken"] == site.token_of(sb_name)
+
+        p.stdin.write("\n")
+        p.stdin.flush()
+        out2 = json.loads(p.stdout.readline())
+        assert out2 == {"killed": True, "killed_again": False, "running": False,
+                        "after_kill": "SandboxNotFoundException"}
+        wait_until(lambda: site.k.find(*CLAIM, site.ns, sid) is None, 30, what="claim deleted")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        envd.close()
+
+
+def test_refusals_are_e2b_errors(site, e2b_router):  # noqa: F811
+    r = e2b_router
+    s, _, b = api(r, "GET", "/v2/sandboxes", key=None)
+    assert s == 401 and b["code"] == 401 and "API key" in b["message"]
+    s, _, b = api(r, "GET", "/sandboxes", key="e2b_nope")
+    assert (s, b["code"]) == (401, 401)
+    s, _, b = api(r, "POST", "/v2/sandboxes", raw=b"{not json")
+    assert s == 400 and "JSON" in b["message"]
+    s, _, b = api(r, "POST", "/v2/sandboxes", {"timeout": 10})
+    assert s == 400 and "templateID" in b["message"]
+    s, _, b = api(r, "POST", "/v2/sandboxes", {"templateID": "p", "timeout": -1})
+    assert s == 400 and "timeout" in b["message"]
+    s, _, b = api(r, "POST", "/v2/sandboxes", {"templateID": "p", "metadata": {"a": 1}})
+    assert s == 400 and "metadata.a" in b["message"]
+    s, _, b = api(r, "POST", "/v2/sandboxes", {"templateID": "p", "autoPause": True})
+    assert s == 400 and "autoPause" in b["message"]
+    s, _, b = api(r, "POST", "/v2/sandboxes", {"templateID": "nosuch"})
+    assert s == 404 and "nosuch" in b["message"]
+    s, _, b = api(r, "GET", "/sandboxes/NOT_AN_ID")
+    assert s == 404
+    s, _, b = api(r, "DELETE", "/sandboxes/nosuchsandbox")
+    assert s == 404
+    s, _, b = api(r, "POST", "/sandboxes/nosuchsandbox/timeout", {"timeout": "x"})
+    assert s == 400
+    s, _, b = api(r, "POST", "/sandboxes/nosuchsandbox/timeout", {"timeout": 30})
+    assert s == 404
+    s, _, b = api(r, "POST", "/sandboxes/abc/pause")
+    assert s == 501 and b["code"] == 501
+    s, _, b = api(r, "PUT", "/sandboxes/abc")
+    assert s == 405
+    s, _, b = api(r, "GET", "/v2/sandboxes?state=paused")
+    assert (s, b) == (200, [])
+    # Bounded bodies: chunked is refused (one Content-Length), a large one 413.
+    s, _, _ = call(r.port, "POST", "/v2/sandboxes", headers={
+        "X-API-Key": KEY, "Transfer-Encoding": "chunked"}, raw=b"2\r\n{}\r\n0\r\n\r\n")
+    assert s == 411
+    s, _, _ = api(r, "POST", "/v2/sandboxes", {"templateID": "p", "metadata": {"a": "x" * 300000}})
+    assert s == 413
+    # The API host answers only the API.
+    s, _, b = call(r.port, "GET", "/v1/files/x", headers={"Host": f"api.{DOMAIN}", "X-API-Key": KEY})
+    assert s == 404 and b["code"] == 404
+    assert site.claims() == []
+    assert r.get(r.probe, "/healthz")[0] == 200 and r.alive()
+
+
+def test_sandbox_traffic_reaches_the_claims_pod(site, e2b_router):  # noqa: F811
+    site.serve_warm()
+    r, echo = e2b_router, Echo()
+    try:
+        s, _, b = api(r, "POST", "/sandboxes", {"templateID": "tpl", "timeout": 60})
+        assert s == 201, b  # a template's name finds its pool too
+        sid = b["sandboxID"]
+        assert b["templateID"] == "tpl" and b["domain"] == DOMAIN
+
+        # The shared host: E2B's headers, as the SDK sends them with E2B_SANDBOX_URL.
+        s, _, got = call(r.port, "GET", "/health?x=1", headers={
+            "E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(echo.port),
+            "Authorization": "Basic dXNlcjo=", "X-Access-Token": "tok"})
+        assert s == 200 and got["path"] == "/health?x=1", got
+        # What names envd's user and carries its token reaches the sandbox.
+        assert echo.seen[-1][2].get("authorization") == "Basic dXNlcjo="
+        assert echo.seen[-1][2].get("x-access-token") == "tok"
+        # The host form: <port>-<id>.<domain>, any port after it.
+        s, _, got = call(r.port, "POST", "/process.Process/List", body={}, headers={
+            "Host": f"{echo.port}-{sid}.{DOMAIN}:443"})
+        assert s == 200 and got["path"] == "/process.Process/List", got
+        assert echo.seen[-1][2].get("x-forwarded-host") == f"{echo.port}-{sid}.{DOMAIN}:443"
+
+        # A sandbox that is not there: E2B's 502 "... was not found" (the SDK's
+        # SandboxNotRunningException); a malformed ID or host 400.
+        s, _, got = call(r.port, "GET", "/health", headers={"E2b-Sandbox-Id": "nosuchsandbox"})
+        assert s == 502 and "was not found" in got["message"]
+        s, _, got = call(r.port, "GET", "/health", headers={"E2b-Sandbox-Id": "Bad-Id"})
+        assert s == 400
+        s, _, got = call(r.port, "GET", "/", headers={"Host": f"x-{sid}.{DOMAIN}"})
+        assert s == 400
+
+        s, _, _ = api(r, "DELETE", f"/sandboxes/{sid}")
+        assert s == 204
+        # Deleted through the API: its route is forgotten at once.
+        s, _, got = call(r.port, "GET", "/health", headers={
+            "E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(echo.port)})
+        assert s == 502 and "was not found" in got["message"]
+    finally:
+        echo.close()
