@@ -10,6 +10,7 @@ objects. The chart's CRDs and roles are controller/config's (deploy/helm/sync.sh
 Needs helm in SANDBOXD_TOOLS (scripts/k8s-tools.sh builds it).
 """
 
+import base64
 import http.client
 import json
 import os
@@ -108,6 +109,8 @@ def test_chart_copies_are_controller_configs():
         (ROUTER_CONFIG / "rbac/role.yaml").read_bytes(), hint
     assert (CHART / "files/rbac/router-sandbox-token.yaml").read_bytes() == \
         (ROUTER_CONFIG / "rbac/authz-sandbox-token.yaml").read_bytes(), hint
+    assert (CHART / "files/rbac/router-e2b.yaml").read_bytes() == \
+        (ROUTER_CONFIG / "rbac/e2b.yaml").read_bytes(), hint
 
 
 def test_chart_grants_what_the_manifests_grant():
@@ -273,10 +276,11 @@ def test_rendered_objects_pass_server_side_validation(cluster, namespace):
                     "podDisruptionBudget.minAvailable=1", "podAnnotations.a=b", "podLabels.team=x",
                     "imagePullSecrets[0].name=regcred", "nodeSelector.type=kwok",
                     "tolerations[0].operator=Exists", "router.enabled=true",
-                    "router.authzMode=sandbox-token")
+                    "router.authzMode=sandbox-token", "router.e2b.enabled=true",
+                    f"router.e2b.apiKeys.e2b_k={namespace}")
     assert {o["kind"] for o in objs} >= {"Deployment", "Service", "ServiceAccount", "ClusterRole",
                                          "ClusterRoleBinding", "Role", "RoleBinding",
-                                         "PodDisruptionBudget", "SandboxTemplate"}
+                                         "PodDisruptionBudget", "SandboxTemplate", "Secret"}
     p = subprocess.run([str(TOOLS / "kubectl"), f"--kubeconfig={cluster.kubeconfigs['admin']}",
                         "apply", "--dry-run=server", "--validate=strict", "-f", "-"],
                        input=yaml.safe_dump_all(objs), capture_output=True, text=True, timeout=60)
@@ -642,6 +646,44 @@ def test_router_authz_modes_bring_their_rights():
                          capture_output=True, text=True, timeout=30)
     assert run.returncode == 0, run.stderr
     assert "authzMode" in refused("router.enabled=true", "router.authzMode=open")
+
+
+def test_router_e2b_brings_its_flags_rights_and_keys(tmp_path):
+    """router.e2b: off by default; on, the router's E2B flags (which it parses), the rights of
+    router/config/rbac/e2b.yaml, and the API keys' Secret made from apiKeys (key -> namespace),
+    or none when existingSecret names one; a namespace that is not a DNS label refused."""
+    name = "sandboxd-router-sandboxd-system-rel"
+    objs = template("router.enabled=true")
+    assert not [o for o in objs if o["kind"] == "Secret" or name + "-e2b" in o["metadata"]["name"]]
+    values = tmp_path / "v.yaml"
+    values.write_text(yaml.safe_dump({"router": {"enabled": True, "e2b": {
+        "enabled": True, "domain": "e2b.example.com", "createTimeout": "90s",
+        "apiKeys": {"e2b_team.a-key": "team-a", "e2b_other": "team-b"}}}}))
+    objs = template(values=values)
+    args = find(objs, "Deployment", "sandboxd-router")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    for flag in ("--e2b-api", "--e2b-domain=e2b.example.com", "--e2b-create-timeout=90s",
+                 "--e2b-api-keys-secret=sandboxd-system/rel-e2b-api-keys"):
+        assert flag in args, args
+    run = subprocess.run([router_bin(), *args, "--help"], capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0, run.stderr
+    rbac = router_rbac_of(objs)
+    want = [o for o in yaml.safe_load_all((ROUTER_CONFIG / "rbac/e2b.yaml").read_text())
+            if o][0]["rules"]
+    assert rbac[("ClusterRole", f"{name}-e2b")]["rules"] == want
+    assert rbac[("ClusterRoleBinding", f"{name}-e2b")]["subjects"][0]["name"] == "sandboxd-router"
+    sec = find(objs, "Secret", "rel-e2b-api-keys")
+    assert {k: base64.b64decode(v).decode() for k, v in sec["data"].items()} == {
+        "e2b_team.a-key": "team-a", "e2b_other": "team-b"}
+    objs = template("router.enabled=true", "router.e2b.enabled=true",
+                    "router.e2b.existingSecret=my-keys")
+    assert not [o for o in objs if o["kind"] == "Secret"]
+    assert "--e2b-api-keys-secret=sandboxd-system/my-keys" in find(
+        objs, "Deployment", "sandboxd-router")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "apiKeys" in refused("router.enabled=true", "router.e2b.enabled=true",
+                                "router.e2b.apiKeys.k=Not_A_Namespace")
+    assert "e2b" in refused("router.enabled=true", "router.e2b.enable=true")
 
 
 def test_router_runs_with_the_charts_rights(cluster, namespace, tmp_path):
