@@ -33,6 +33,7 @@ from test_sdk_lifecycle import site  # noqa: F401 - fixture
 
 E2B_VERSION = "2.63.0"  # the newest e2b on PyPI when this was written
 KEY = "e2b_0123456789abcdef"
+OTHER_KEY = "e2b_another.team-key"  # another namespace's
 DOMAIN = "e2b.test"
 CLAIM = (EXT, "SandboxClaim")
 ID_LABEL = "e2b.sandboxd.dev/sandbox-id"
@@ -61,7 +62,8 @@ def e2b_router(site, routers, router_rbac, cluster):  # noqa: F811
         cluster.admin.apply(obj)
     site.k.create({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": "e2b-keys", "namespace": site.ns},
-                   "data": {KEY: base64.b64encode(site.ns.encode()).decode()}})
+                   "data": {KEY: base64.b64encode(site.ns.encode()).decode(),
+                            OTHER_KEY: base64.b64encode(b"another-team").decode()}})
     r = routers("--e2b-api", f"--e2b-domain={DOMAIN}", f"--e2b-api-keys-secret={site.ns}/e2b-keys")
     wait_until(r.ready, 30, what="router ready")
     return r
@@ -321,6 +323,13 @@ def test_sandbox_traffic_reaches_the_claims_pod(site, e2b_router):  # noqa: F811
         assert s == 400
         s, _, got = call(r.port, "GET", "/", headers={"Host": f"x-{sid}.{DOMAIN}"})
         assert s == 400
+
+        # Another key's namespace sees nothing of it, and cannot touch it.
+        assert api(r, "GET", f"/sandboxes/{sid}", key=OTHER_KEY)[0] == 404
+        assert api(r, "GET", "/v2/sandboxes", key=OTHER_KEY)[::2] == (200, [])
+        assert api(r, "POST", f"/sandboxes/{sid}/timeout", {"timeout": 1}, key=OTHER_KEY)[0] == 404
+        assert api(r, "DELETE", f"/sandboxes/{sid}", key=OTHER_KEY)[0] == 404
+        assert [x["sandboxID"] for x in api(r, "GET", "/sandboxes")[2]] == [sid]
 
         s, _, _ = api(r, "DELETE", f"/sandboxes/{sid}")
         assert s == 204
