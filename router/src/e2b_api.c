@@ -2,6 +2,7 @@
 #include "e2b_api.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,21 +121,50 @@ static json_t *sandbox_json(struct call *c, json_t *claim)
     return o;
 }
 
-/* GET one and the list's items: E2B's SandboxDetail / ListedSandbox. */
-static json_t *detail_json(struct sbx_e2b *e, json_t *claim)
+/* What the sandbox's pod may use, as E2B counts it: whole CPUs (rounded up) and MiB, from
+ * its first container's limits, else its requests; 0 when it names none. */
+static void sizes(json_t *sandbox, int *cpus, int *mib)
+{
+    json_t *ct = json_array_get(
+        json_object_get(json_object_get(json_object_get(json_object_get(sandbox, "spec"),
+                                                        "podTemplate"),
+                                        "spec"),
+                        "containers"),
+        0);
+    json_t *res = json_object_get(ct, "resources");
+    double v;
+
+    *cpus = *mib = 0;
+    for (int i = 0; i < 2; i++) {
+        json_t *set = json_object_get(res, i ? "requests" : "limits");
+        const char *cpu = json_string_value(json_object_get(set, "cpu"));
+        const char *mem = json_string_value(json_object_get(set, "memory"));
+        if (!*cpus && cpu && sbx_e2b_quantity(cpu, &v) == 0 && v < 1e6)
+            *cpus = (int)ceil(v);
+        if (!*mib && mem && sbx_e2b_quantity(mem, &v) == 0 && v < 0x1p50)
+            *mib = (int)(v / 0x1p20);
+    }
+}
+
+/* GET one and the list's items: E2B's SandboxDetail / ListedSandbox; sandboxes holds the
+ * claim's Sandbox by name, for its sizes. */
+static json_t *detail_json(struct sbx_e2b *e, json_t *claim, json_t *sandboxes)
 {
     const char *started = sbx_meta_str(claim, "creationTimestamp");
     char end[32] = "";
     time_t t = e2b_claim_end(claim);
+    const char *sb = e2b_claim_sandbox(claim);
+    int cpus, mib;
 
+    sizes(sb ? json_object_get(sandboxes, sb) : NULL, &cpus, &mib);
     if (t)
         sbx_rfc3339(t, end);
     json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:o}",
                           "sandboxID", sbx_meta_str(claim, "name"), "templateID",
                           template_of(claim), "alias", template_of(claim), "clientID", CLIENT_ID,
                           "startedAt", started ? started : "", "endAt", *end ? end : started,
-                          "envdVersion", e->envd_version, "state", "running", "cpuCount", 0,
-                          "memoryMB", 0, "diskSizeMB", 0, "metadata",
+                          "envdVersion", e->envd_version, "state", "running", "cpuCount", cpus,
+                          "memoryMB", mib, "diskSizeMB", 0, "metadata",
                           annotation_object(claim, SBX_E2B_ANN_METADATA));
 
     if (o)
@@ -317,12 +347,16 @@ static json_t *find(struct call *c)
 
 static int op_get(struct call *c)
 {
-    json_auto_t *claim = find(c);
+    json_auto_t *claim = find(c), *sandboxes = NULL;
+    struct sbx_error err = {0};
 
-    if (claim) {
-        json_auto_t *o = detail_json(c->e, claim);
-        reply_json(c->r, 200, o);
-    }
+    if (!claim)
+        return 0;
+    if (e2b_claim_sandbox(claim) &&
+        e2b_store_sandboxes(c->e->store, c->ns, e2b_claim_sandbox(claim), &sandboxes, &err) < 0)
+        return fail_err(c->r, "reading the sandbox", &err);
+    json_auto_t *o = detail_json(c->e, claim, sandboxes);
+    reply_json(c->r, 200, o);
     return 0;
 }
 
@@ -421,7 +455,7 @@ static bool metadata_matches(json_t *claim, const char *filter)
 
 static int op_list(struct call *c)
 {
-    json_auto_t *claims = NULL, *out = json_array();
+    json_auto_t *claims = NULL, *sandboxes = NULL, *out = json_array();
     struct sbx_error err = {0};
     char filter[2048], state[64];
     bool has_filter, running = true;
@@ -434,12 +468,14 @@ static int op_list(struct call *c)
         running = strstr(state, "running") != NULL; /* ours are never paused */
     if (!out)
         return fail(c->r, 500, "out of memory");
-    if (running && e2b_store_list(c->e->store, c->ns, MAX_LIST, &claims, &err) < 0)
+    if (running && (e2b_store_list(c->e->store, c->ns, MAX_LIST, &claims, &err) < 0 ||
+                    (json_array_size(claims) &&
+                     e2b_store_sandboxes(c->e->store, c->ns, NULL, &sandboxes, &err) < 0)))
         return fail_err(c->r, "listing sandboxes", &err);
     json_array_foreach(claims, i, claim)
     {
         if (!has_filter || metadata_matches(claim, filter))
-            json_array_append_new(out, detail_json(c->e, claim));
+            json_array_append_new(out, detail_json(c->e, claim, sandboxes));
     }
     reply_json(c->r, 200, out);
     return 0;

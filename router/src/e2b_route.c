@@ -2,6 +2,8 @@
 #include "e2b_route.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "preview.h"
@@ -130,4 +132,31 @@ bool sbx_e2b_query(const char *q, size_t len, const char *name, char *out, size_
         at = end + 1;
     }
     return false;
+}
+
+int sbx_e2b_quantity(const char *s, double *ret)
+{
+    static const struct {
+        const char *suffix;
+        double factor;
+    } units[] = {
+        {"", 1},   {"m", 1e-3}, {"k", 1e3},  {"M", 1e6},  {"G", 1e9},  {"T", 1e12},
+        {"P", 1e15}, {"E", 1e18}, {"Ki", 0x1p10}, {"Mi", 0x1p20}, {"Gi", 0x1p30},
+        {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"Ei", 0x1p60},
+    };
+    char *end;
+    double v;
+
+    /* strtod alone would take "inf", "nan", hex and a sign */
+    if (!s || !((*s >= '0' && *s <= '9') || *s == '.') || strpbrk(s, "xX"))
+        return -EINVAL;
+    v = strtod(s, &end);
+    if (end == s || !isfinite(v))
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(end, units[i].suffix) == 0) {
+            *ret = v * units[i].factor;
+            return isfinite(*ret) ? 0 : -EINVAL;
+        }
+    return -EINVAL;
 }

@@ -46,3 +46,7 @@ void sbx_e2b_parse(const char *method, size_t method_len, const char *target, si
 /* The value of query parameter name (percent-decoded, '+' as space) into out; false when absent
  * or longer than size - 1. Repeated parameters: the first. */
 bool sbx_e2b_query(const char *q, size_t len, const char *name, char *out, size_t size);
+
+/* A Kubernetes quantity ("2", "500m", "1.5Gi", "512M", "1e3") in its base unit into *ret: 0, or
+ * -EINVAL for anything else (negative, not finite, an unknown suffix). */
+int sbx_e2b_quantity(const char *s, double *ret);

@@ -363,6 +363,36 @@ int e2b_store_token(struct e2b_store *s, const char *ns, const char *sandbox, ch
     return 0;
 }
 
+int e2b_store_sandboxes(struct e2b_store *s, const char *ns, const char *name, json_t **ret,
+                        struct sbx_error *err)
+{
+    json_auto_t *obj = NULL;
+    char path[400];
+    json_t *out, *sb;
+    size_t i;
+    int rc;
+
+    if (name && !sbx_dns_label_valid(name))
+        return (*ret = json_object()) ? 0 : sbx_error_set(err, ENOMEM, "sandboxes");
+    if (name)
+        snprintf(path, sizeof(path), SB_API "/namespaces/%s/sandboxes/%s", ns, name);
+    else
+        snprintf(path, sizeof(path), SB_API "/namespaces/%s/sandboxes?limit=1000", ns);
+    if ((rc = sbx_api_get(s->o.kube, path, &obj, err)) < 0)
+        return rc;
+    if (!(out = json_object()))
+        return sbx_error_set(err, ENOMEM, "sandboxes");
+    if (name && rc == 1)
+        json_object_set(out, name, obj);
+    json_array_foreach(name ? NULL : json_object_get(obj, "items"), i, sb)
+    {
+        if (sbx_meta_str(sb, "name"))
+            json_object_set(out, sbx_meta_str(sb, "name"), sb);
+    }
+    *ret = out;
+    return 0;
+}
+
 static int locate_api(struct e2b_store *s, const char *id, char ns[64], char sandbox[64],
                       struct sbx_error *err)
 {

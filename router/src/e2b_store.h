@@ -74,6 +74,11 @@ int e2b_store_token(struct e2b_store *s, const char *ns, const char *sandbox, ch
 int e2b_store_locate(struct e2b_store *s, const char *id, char ns[64], char sandbox[64],
                      struct sbx_error *err);
 
+/* The Sandboxes of ns by name (an object, new reference; at most 1,000), or with name the one
+ * Sandbox as {name: sandbox} ({} when it is not there): what the answers read of their pods. */
+int e2b_store_sandboxes(struct e2b_store *s, const char *ns, const char *name, json_t **ret,
+                        struct sbx_error *err);
+
 /* When the claim ends (its lifecycle.shutdownTime), or 0. */
 time_t e2b_claim_end(json_t *claim);
 /* The claim's Sandbox's name (status.sandbox.name), or NULL. */

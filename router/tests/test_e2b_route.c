@@ -85,5 +85,18 @@ int main(void)
         char small[4];
         ok(!sbx_e2b_query("x=12345", 7, "x", small, sizeof(small)), "query: too long refused");
     }
+    {
+        double v;
+        ok(sbx_e2b_quantity("2", &v) == 0 && v == 2, "quantity: a number");
+        ok(sbx_e2b_quantity("500m", &v) == 0 && v == 0.5, "quantity: milli");
+        ok(sbx_e2b_quantity("1.5Gi", &v) == 0 && v == 1.5 * 1024 * 1024 * 1024, "quantity: Gi");
+        ok(sbx_e2b_quantity("512M", &v) == 0 && v == 512e6, "quantity: M");
+        ok(sbx_e2b_quantity("1e3", &v) == 0 && v == 1000, "quantity: an exponent");
+        ok(sbx_e2b_quantity("2E", &v) == 0 && v == 2e18, "quantity: E is exa");
+        ok(sbx_e2b_quantity("-1", &v) < 0 && sbx_e2b_quantity("inf", &v) < 0 &&
+               sbx_e2b_quantity("0x10", &v) < 0 && sbx_e2b_quantity("1Xi", &v) < 0 &&
+               sbx_e2b_quantity("", &v) < 0 && sbx_e2b_quantity("1e999", &v) < 0,
+           "quantity: the rest refused");
+    }
     return done_testing();
 }

@@ -146,7 +146,9 @@ out["running"] = sb.is_running()  # GET /health at 49983, through the router by 
 out["connected"] = Sandbox.connect(sb.sandbox_id).sandbox_id
 info = sb.get_info()
 out["info"] = {"template": info.template_id, "metadata": info.metadata,
+               "cpu": info.cpu_count, "mib": info.memory_mb,
                "state": str(info.state.value), "left": (info.end_at - datetime.now(timezone.utc)).total_seconds()}
+out["listed_sizes"] = [(s.cpu_count, s.memory_mb) for s in Sandbox.list().next_items()]
 out["listed"] = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"team": "a"})).next_items()]
 out["not_listed"] = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"team": "b"})).next_items()]
 sb.set_timeout(900)
@@ -183,7 +185,8 @@ def envd_pool(site):  # noqa: F811
     site.k.create({"apiVersion": EXT, "kind": "SandboxTemplate",
                    "metadata": {"name": "envd", "namespace": site.ns},
                    "spec": {"podTemplate": {"metadata": {"labels": {POD_IP: ip}}, "spec": {
-                       "containers": [{"name": "main", "image": "debian:12"}]}}}})
+                       "containers": [{"name": "main", "image": "debian:12", "resources": {
+                           "limits": {"cpu": "1500m", "memory": "1Gi"}}}]}}}})
     pool(site.k, site.ns, "envd", 1, tpl="envd")
     wait_pool_ready(site.k, site.ns, "envd", 1)
     return Echo(ip)
@@ -209,6 +212,9 @@ def test_sdk_create_info_list_timeout_kill(site, e2b_router, e2b_python):  # noq
             site.k.get(*CLAIM, site.ns, sid)["status"]["sandbox"]["name"])
         assert out["info"]["template"] == "envd" and out["info"]["state"] == "running"
         assert out["info"]["metadata"] == {"team": "a", "run": "1"}
+        # Its pod's limits, as E2B counts: whole CPUs, MiB.
+        assert (out["info"]["cpu"], out["info"]["mib"]) == (2, 1024)
+        assert out["listed_sizes"] == [[2, 1024]]
         assert 100 < out["info"]["left"] <= 121, out["info"]
         assert out["listed"] == [sid] and out["not_listed"] == []
         assert 880 < out["left_after"] <= 901
