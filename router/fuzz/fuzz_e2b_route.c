@@ -4,7 +4,10 @@
  *
  * Checked against the rules written out here: an accepted sandbox host gives a port of 1-5
  * digits and an ID of [a-z0-9] that are both in the host; a route's ID, when set, is [a-z0-9];
- * a query value decodes to no more than the bytes it came from. */
+ * a query value decodes to no more than the bytes it came from; a quantity accepted is a
+ * finite non-negative number that began with a digit or a point. */
+#define _GNU_SOURCE
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,5 +55,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(!r.query || (r.query > rest && r.query + r.query_len == rest + rlen), "query bounds");
     if (sbx_e2b_query(rest, rlen, "x", out, sizeof(out)))
         CHECK(strlen(out) < rlen, "decoded value longer than its input");
+    {
+        char *q = strndup(rest, rlen);
+        double v = -1;
+        CHECK(q, "strndup");
+        if (sbx_e2b_quantity(q, &v) == 0)
+            CHECK(v >= 0 && isfinite(v) && strchr("0123456789.", q[0]), "quantity %s = %g", q, v);
+        free(q);
+    }
     return 0;
 }
