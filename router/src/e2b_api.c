@@ -126,10 +126,10 @@ static json_t *sandbox_json(struct call *c, json_t *claim)
 static void sizes(json_t *sandbox, int *cpus, int *mib)
 {
     json_t *ct = json_array_get(
-        json_object_get(json_object_get(json_object_get(json_object_get(sandbox, "spec"),
-                                                        "podTemplate"),
-                                        "spec"),
-                        "containers"),
+        json_object_get(
+            json_object_get(json_object_get(json_object_get(sandbox, "spec"), "podTemplate"),
+                            "spec"),
+            "containers"),
         0);
     json_t *res = json_object_get(ct, "resources");
     double v;
@@ -159,13 +159,12 @@ static json_t *detail_json(struct sbx_e2b *e, json_t *claim, json_t *sandboxes)
     sizes(sb ? json_object_get(sandboxes, sb) : NULL, &cpus, &mib);
     if (t)
         sbx_rfc3339(t, end);
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:o}",
-                          "sandboxID", sbx_meta_str(claim, "name"), "templateID",
-                          template_of(claim), "alias", template_of(claim), "clientID", CLIENT_ID,
-                          "startedAt", started ? started : "", "endAt", *end ? end : started,
-                          "envdVersion", e->envd_version, "state", "running", "cpuCount", cpus,
-                          "memoryMB", mib, "diskSizeMB", 0, "metadata",
-                          annotation_object(claim, SBX_E2B_ANN_METADATA));
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:o}", "sandboxID",
+        sbx_meta_str(claim, "name"), "templateID", template_of(claim), "alias", template_of(claim),
+        "clientID", CLIENT_ID, "startedAt", started ? started : "", "endAt", *end ? end : started,
+        "envdVersion", e->envd_version, "state", "running", "cpuCount", cpus, "memoryMB", mib,
+        "diskSizeMB", 0, "metadata", annotation_object(claim, SBX_E2B_ANN_METADATA));
 
     if (o)
         json_object_set_new(o, "domain", *e->domain ? json_string(e->domain) : json_null());
@@ -222,7 +221,8 @@ static bool timeout_of(struct call *c, json_t *body, unsigned dflt, bool require
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0 ||
         json_integer_value(v) > c->e->o.max_timeout_s) {
-        fail(c->r, 400, "timeout must be a whole number of seconds, 0 to %u", c->e->o.max_timeout_s);
+        fail(c->r, 400, "timeout must be a whole number of seconds, 0 to %u",
+             c->e->o.max_timeout_s);
         return false;
     }
     *ret = (unsigned)json_integer_value(v);
@@ -462,8 +462,7 @@ static int op_list(struct call *c)
     json_t *claim;
     size_t i;
 
-    has_filter =
-        sbx_e2b_query(c->req.query, c->req.query_len, "metadata", filter, sizeof(filter));
+    has_filter = sbx_e2b_query(c->req.query, c->req.query_len, "metadata", filter, sizeof(filter));
     if (sbx_e2b_query(c->req.query, c->req.query_len, "state", state, sizeof(state)))
         running = strstr(state, "running") != NULL; /* ours are never paused */
     if (!out)
@@ -483,8 +482,9 @@ static int op_list(struct call *c)
 
 static int op_unsupported(struct call *c)
 {
-    return fail(c->r, 501, "not supported by sandboxd's E2B API (pause, resume, snapshots, metrics, "
-                    "logs, refreshes and network updates are not)");
+    return fail(c->r, 501,
+                "not supported by sandboxd's E2B API (pause, resume, snapshots, metrics, "
+                "logs, refreshes and network updates are not)");
 }
 
 static int op_bad_method(struct call *c)
@@ -493,10 +493,14 @@ static int op_bad_method(struct call *c)
 }
 
 static int (*const ops[])(struct call *) = {
-    [SBX_E2B_CREATE] = op_create,           [SBX_E2B_LIST] = op_list,
-    [SBX_E2B_GET] = op_get,                 [SBX_E2B_DELETE] = op_delete,
-    [SBX_E2B_TIMEOUT] = op_timeout,         [SBX_E2B_CONNECT] = op_connect,
-    [SBX_E2B_UNSUPPORTED] = op_unsupported, [SBX_E2B_BAD_METHOD] = op_bad_method,
+    [SBX_E2B_CREATE] = op_create,
+    [SBX_E2B_LIST] = op_list,
+    [SBX_E2B_GET] = op_get,
+    [SBX_E2B_DELETE] = op_delete,
+    [SBX_E2B_TIMEOUT] = op_timeout,
+    [SBX_E2B_CONNECT] = op_connect,
+    [SBX_E2B_UNSUPPORTED] = op_unsupported,
+    [SBX_E2B_BAD_METHOD] = op_bad_method,
 };
 
 /* The host a request names (without its port), into buf. */
@@ -548,7 +552,7 @@ static int dispatch(struct call *c)
         return fail(c->r, 404, "no such route in sandboxd's E2B API");
     rc = key ? e2b_store_key_ns(c->e->store, key->value, key->value_len, c->ns, &err) : -EACCES;
     if (rc == -EACCES)
-        return fail(c->r, 401, key ? "Invalid API key" : "Missing API key (the X-API-Key header)");
+        return fail(c->r, 401, key ? "invalid API key" : "missing API key (the X-API-Key header)");
     if (rc < 0)
         return fail_err(c->r, "reading the API keys", &err);
     return ops[c->req.op](c);
@@ -594,7 +598,7 @@ static int route(void *arg, const struct sbx_h1_msg *m, struct sbx_preview *k,
     memset(k, 0, sizeof(*k));
     rc = e2b_store_locate(e->store, id, k->ns, k->id, &err);
     if (rc == -ENOENT) {
-        fail(r, 502, "The sandbox %s was not found", id);
+        fail(r, 502, "sandbox \"%s\" was not found", id);
         return rc;
     }
     if (rc < 0) {

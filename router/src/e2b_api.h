@@ -25,16 +25,16 @@ struct sbx_kube;
 struct sbx_e2b;
 
 struct sbx_e2b_opts {
-    struct sbx_kube *kube;        /* borrowed */
-    bool api;                     /* serve the control plane */
-    const char *domain;           /* sandbox hosts' domain, and the one answers name ("": none) */
-    const char *keys_ns;          /* the API keys' Secret */
+    struct sbx_kube *kube; /* borrowed */
+    bool api;              /* serve the control plane */
+    const char *domain;    /* sandbox hosts' domain, and the one answers name ("": none) */
+    const char *keys_ns;   /* the API keys' Secret */
     const char *keys_name;
-    const char *lookup_ns;        /* sandboxes found by ID alone here (NULL or "": everywhere) */
-    const char *envd_version;     /* what answers say the sandboxes' envd is */
-    uint64_t create_timeout_ms;   /* a POST /sandboxes waits this long for the sandbox */
-    unsigned default_timeout_s;   /* a sandbox's life when the request names none */
-    unsigned max_timeout_s;       /* the longest a request may ask */
+    const char *lookup_ns;      /* sandboxes found by ID alone here (NULL or "": everywhere) */
+    const char *envd_version;   /* what answers say the sandboxes' envd is */
+    uint64_t create_timeout_ms; /* a POST /sandboxes waits this long for the sandbox */
+    unsigned default_timeout_s; /* a sandbox's life when the request names none */
+    unsigned max_timeout_s;     /* the longest a request may ask */
 };
 
 int sbx_e2b_new(struct sbx_e2b **ret, const struct sbx_e2b_opts *o, struct sbx_error *err);

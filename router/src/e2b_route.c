@@ -18,8 +18,7 @@ bool sbx_e2b_id_valid(const char *s, size_t len)
     return true;
 }
 
-int sbx_e2b_from_host(const char *host, size_t len, const char *domain, char id[64],
-                      char port[8])
+int sbx_e2b_from_host(const char *host, size_t len, const char *domain, char id[64], char port[8])
 {
     long under = sbx_host_under(host, len, domain);
     size_t n = under > 0 ? (size_t)under : 0, plen;
@@ -54,7 +53,7 @@ static enum sbx_e2b_op op_of(const char *m, size_t ml, const char *rest, size_t 
     size_t idlen;
 
     if (len == 0 || is(rest, len, "/"))
-        return is(m, ml, "POST") ? SBX_E2B_CREATE
+        return is(m, ml, "POST")  ? SBX_E2B_CREATE
                : is(m, ml, "GET") ? SBX_E2B_LIST
                                   : SBX_E2B_BAD_METHOD;
     if (rest[0] != '/')
@@ -67,8 +66,8 @@ static enum sbx_e2b_op op_of(const char *m, size_t ml, const char *rest, size_t 
     else
         r->bad_id = true;
     if (!slash)
-        return v2                 ? SBX_E2B_UNSUPPORTED
-               : is(m, ml, "GET") ? SBX_E2B_GET
+        return v2                    ? SBX_E2B_UNSUPPORTED
+               : is(m, ml, "GET")    ? SBX_E2B_GET
                : is(m, ml, "DELETE") ? SBX_E2B_DELETE
                                      : SBX_E2B_BAD_METHOD;
     rest = slash + 1;
@@ -140,9 +139,9 @@ int sbx_e2b_quantity(const char *s, double *ret)
         const char *suffix;
         double factor;
     } units[] = {
-        {"", 1},   {"m", 1e-3}, {"k", 1e3},  {"M", 1e6},  {"G", 1e9},  {"T", 1e12},
-        {"P", 1e15}, {"E", 1e18}, {"Ki", 0x1p10}, {"Mi", 0x1p20}, {"Gi", 0x1p30},
-        {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"Ei", 0x1p60},
+        {"", 1},        {"m", 1e-3},    {"k", 1e3},     {"M", 1e6},     {"G", 1e9},
+        {"T", 1e12},    {"P", 1e15},    {"E", 1e18},    {"Ki", 0x1p10}, {"Mi", 0x1p20},
+        {"Gi", 0x1p30}, {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"Ei", 0x1p60},
     };
     char *end;
     double v;

@@ -15,8 +15,7 @@ bool sbx_e2b_id_valid(const char *s, size_t len);
 /* The sandbox and port a host names under domain: 1 when host (without or with ":port") is
  * "<port>-<id>.<domain>" (id and port copied), 0 when it is not under domain (or domain is
  * empty), -EINVAL when it is but names no valid port and ID. */
-int sbx_e2b_from_host(const char *host, size_t len, const char *domain, char id[64],
-                      char port[8]);
+int sbx_e2b_from_host(const char *host, size_t len, const char *domain, char id[64], char port[8]);
 
 enum sbx_e2b_op {
     SBX_E2B_NONE = 0,    /* not an E2B API path */

@@ -17,9 +17,9 @@
 #include "object.h"
 #include "target.h"
 
-#define EXT_API     "/apis/extensions.agents.x-k8s.io/v1beta1"
-#define SB_API      "/apis/agents.x-k8s.io/v1beta1"
-#define LOCATE_SLOTS 256
+#define EXT_API       "/apis/extensions.agents.x-k8s.io/v1beta1"
+#define SB_API        "/apis/agents.x-k8s.io/v1beta1"
+#define LOCATE_SLOTS  256
 #define LOCATE_TTL_MS 5000
 #define READY_POLL_MS 200
 

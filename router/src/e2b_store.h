@@ -22,11 +22,11 @@ struct sbx_kube;
 struct e2b_store;
 
 struct e2b_store_opts {
-    struct sbx_kube *kube;       /* borrowed */
-    const char *keys_ns;         /* the API keys' Secret */
+    struct sbx_kube *kube; /* borrowed */
+    const char *keys_ns;   /* the API keys' Secret */
     const char *keys_name;
-    const char *lookup_ns;       /* where sandboxes are looked for by ID alone (NULL: all) */
-    uint64_t keys_ttl_ms;        /* the Secret is read again after this long */
+    const char *lookup_ns; /* where sandboxes are looked for by ID alone (NULL: all) */
+    uint64_t keys_ttl_ms;  /* the Secret is read again after this long */
 };
 
 int e2b_store_new(struct e2b_store **ret, const struct e2b_store_opts *o, struct sbx_error *err);

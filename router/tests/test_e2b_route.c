@@ -53,8 +53,8 @@ int main(void)
     ok(host("49983-abc.other.com", id, port) == 0, "another domain: not ours");
     ok(sbx_e2b_from_host("1-a.x", 5, "", id, port) == 0, "no domain: no hosts");
 
-    ok(op("POST", "/sandboxes", &r) == SBX_E2B_CREATE && op("POST", "/v2/sandboxes", &r) ==
-                                                             SBX_E2B_CREATE,
+    ok(op("POST", "/sandboxes", &r) == SBX_E2B_CREATE &&
+           op("POST", "/v2/sandboxes", &r) == SBX_E2B_CREATE,
        "create, v1 and v2");
     ok(op("GET", "/v2/sandboxes?state=running&limit=5", &r) == SBX_E2B_LIST && r.query &&
            r.query_len == strlen("state=running&limit=5"),
