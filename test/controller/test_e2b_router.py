@@ -19,6 +19,7 @@ import base64
 import http.client
 import http.server
 import json
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -64,7 +65,8 @@ def e2b_router(site, routers, router_rbac, cluster):  # noqa: F811
                    "metadata": {"name": "e2b-keys", "namespace": site.ns},
                    "data": {KEY: base64.b64encode(site.ns.encode()).decode(),
                             OTHER_KEY: base64.b64encode(b"another-team").decode()}})
-    r = routers("--e2b-api", f"--e2b-domain={DOMAIN}", f"--e2b-api-keys-secret={site.ns}/e2b-keys")
+    r = routers("--e2b-api", f"--e2b-domain={DOMAIN}", f"--e2b-api-keys-secret={site.ns}/e2b-keys",
+                "--e2b-create-timeout=5s", "--http-head-timeout=2s")
     wait_until(r.ready, 30, what="router ready")
     return r
 
@@ -291,11 +293,36 @@ def test_refusals_are_e2b_errors(site, e2b_router):  # noqa: F811
     assert s == 411
     s, _, _ = api(r, "POST", "/v2/sandboxes", {"templateID": "p", "metadata": {"a": "x" * 300000}})
     assert s == 413
+    # A body that stops coming: 408 once the head timeout passes; one cut short: nothing.
+    with socket.create_connection(("127.0.0.1", r.port), timeout=30) as c:
+        c.sendall(b"POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: " + KEY.encode() +
+                  b"\r\nContent-Length: 100\r\n\r\n{\"templ")
+        assert c.recv(4096).startswith(b"HTTP/1.1 408 ")
+    with socket.create_connection(("127.0.0.1", r.port), timeout=30) as c:
+        c.sendall(b"POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: " + KEY.encode() +
+                  b"\r\nContent-Length: 100\r\n\r\n{\"templ")
+        c.shutdown(socket.SHUT_WR)
+        assert c.recv(4096) == b""
     # The API host answers only the API.
     s, _, b = call(r.port, "GET", "/v1/files/x", headers={"Host": f"api.{DOMAIN}", "X-API-Key": KEY})
     assert s == 404 and b["code"] == 404
     assert site.claims() == []
     assert r.get(r.probe, "/healthz")[0] == 200 and r.alive()
+
+
+def test_a_sandbox_not_ready_in_time_is_504_and_gone(site, e2b_router):  # noqa: F811
+    """A pool whose pods never turn Ready: the create gives up after --e2b-create-timeout with
+    E2B's 504 (Should-Retry: false, so the SDK does not create again) and deletes its claim."""
+    site.k.create({"apiVersion": EXT, "kind": "SandboxTemplate",
+                   "metadata": {"name": "stuck", "namespace": site.ns},
+                   "spec": {"podTemplate": {"metadata": {"labels": {
+                       "sandboxd.test/never-ready": "true"}}, "spec": {
+                       "containers": [{"name": "main", "image": "debian:12"}]}}}})
+    pool(site.k, site.ns, "stuck", 1, tpl="stuck")
+    s, h, b = api(e2b_router, "POST", "/v2/sandboxes", {"templateID": "stuck"})
+    assert s == 504 and "not ready" in b["message"], (s, b)
+    assert h.get("Should-Retry") == "false"
+    wait_until(lambda: site.claims() == [], 30, what="the claim deleted")
 
 
 def test_sandbox_traffic_reaches_the_claims_pod(site, e2b_router):  # noqa: F811
