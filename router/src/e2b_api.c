@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cleanup.h"
+#include "e2b_init.h"
 #include "e2b_route.h"
 #include "e2b_store.h"
 #include "h1.h"
@@ -18,10 +19,11 @@
 #include "object.h"
 #include "preview.h"
 
-#define MAX_BODY     (256 * 1024) /* what annotations may hold of metadata and env vars */
-#define MAX_LIST     1000
-#define CLIENT_ID    "sandboxd"
-#define CREATE_TRIES 3 /* IDs drawn again when one was taken */
+#define MAX_BODY        (256 * 1024) /* what annotations may hold of metadata and env vars */
+#define MAX_LIST        1000
+#define CLIENT_ID       "sandboxd"
+#define CREATE_TRIES    3 /* IDs drawn again when one was taken */
+#define INIT_TIMEOUT_MS 10000
 
 struct sbx_e2b {
     struct sbx_e2b_opts o;
@@ -104,11 +106,8 @@ static const char *template_of(json_t *claim)
 }
 
 /* What E2B's Sandbox answer holds (create, connect); with the envd token when there is one. */
-static json_t *sandbox_json(struct call *c, json_t *claim)
+static json_t *sandbox_json(struct call *c, json_t *claim, const char *token)
 {
-    const char *sb = e2b_claim_sandbox(claim);
-    _cleanup_free_ char *token = NULL;
-    struct sbx_error err = {0};
     json_t *o = json_pack("{s:s, s:s?, s:s, s:s, s:s}", "sandboxID", sbx_meta_str(claim, "name"),
                           "alias", template_of(claim), "templateID", template_of(claim), "clientID",
                           CLIENT_ID, "envdVersion", c->e->envd_version);
@@ -116,9 +115,35 @@ static json_t *sandbox_json(struct call *c, json_t *claim)
     if (!o)
         return NULL;
     json_object_set_new(o, "domain", *c->e->domain ? json_string(c->e->domain) : json_null());
-    if (sb && e2b_store_token(c->e->store, c->ns, sb, &token, &err) == 0)
+    if (token)
         json_object_set_new(o, "envdAccessToken", json_string(token));
     return o;
+}
+
+/* The token of the claim's sandbox (its envd's access token), or NULL when it has none. */
+static char *token_of(struct call *c, json_t *claim)
+{
+    const char *sb = e2b_claim_sandbox(claim);
+    struct sbx_error err = {0};
+    char *token = NULL;
+
+    if (sb && e2b_store_token(c->e->store, c->ns, sb, &token, &err) < 0)
+        token = NULL;
+    return token;
+}
+
+/* The env vars the create asked for, to the sandbox's envd through its /init. */
+static int push_env(struct call *c, json_t *claim, const char *token, struct sbx_error *err)
+{
+    json_auto_t *env = annotation_object(claim, SBX_E2B_ANN_ENV);
+    json_t *st = json_object_get(json_object_get(claim, "status"), "sandbox");
+    const char *ip = json_string_value(json_array_get(json_object_get(st, "podIPs"), 0));
+
+    if (json_object_size(env) == 0)
+        return 0;
+    if (!ip)
+        return sbx_error_set(err, EAGAIN, "the sandbox has no pod IP");
+    return e2b_init_push(ip, c->e->o.envd_port, token, env, INIT_TIMEOUT_MS, err);
 }
 
 /* What the sandbox's pod may use, as E2B counts it: whole CPUs (rounded up) and MiB, from
@@ -263,25 +288,29 @@ static json_t *new_claim(struct call *c, const char *id, const char *tmpl, const
 }
 
 /* Waits for the claim's sandbox and answers 201, or deletes the claim and answers why not. */
-static int finish_create(struct call *c, const char *id)
+static int finish_create(struct call *c, const char *id, bool has_env)
 {
     struct sbx_error err = {0};
     json_auto_t *claim = NULL;
-    int rc = e2b_store_wait_ready(c->e->store, c->ns, id, c->e->o.create_timeout_ms, &claim, &err);
+    _cleanup_free_ char *token = NULL;
+    int rc = e2b_store_wait_ready(c->e->store, c->ns, id, has_env, c->e->o.create_timeout_ms,
+                                  &claim, &err);
 
-    if (rc == 1) {
-        json_auto_t *o = sandbox_json(c, claim);
+    if (rc == 1 && push_env(c, claim, (token = token_of(c, claim)), &err) == 0) {
+        json_auto_t *o = sandbox_json(c, claim, token);
         reply_json(c->r, 201, o);
         log_info("e2b: %s/%s: sandbox %s", c->ns, id, e2b_claim_sandbox(claim));
         return 0;
     }
     e2b_store_delete(c->e->store, c->ns, id, &(struct sbx_error){0});
+    /* a failure of ours, not the request's: the SDK is told not to make another sandbox */
+    snprintf(c->r->extra, sizeof(c->r->extra), "Should-Retry: false\r\n");
+    if (rc == 1)
+        return fail_err(c->r, "setting the sandbox's env vars", &err);
     if (rc < 0 && rc != -ENOENT)
         return fail_err(c->r, "waiting for the sandbox", &err);
-    fail(c->r, 504, "the sandbox was not ready within %llu ms",
-         (unsigned long long)c->e->o.create_timeout_ms);
-    snprintf(c->r->extra, sizeof(c->r->extra), "Should-Retry: false\r\n");
-    return 0;
+    return fail(c->r, 504, "the sandbox was not ready within %llu ms",
+                (unsigned long long)c->e->o.create_timeout_ms);
 }
 
 static int op_create(struct call *c)
@@ -323,7 +352,7 @@ static int op_create(struct call *c)
         return fail(c->r, 400, "the sandbox was refused: %s", err.msg);
     if (rc <= 0)
         return fail_err(c->r, "creating the claim", &err);
-    return finish_create(c, id);
+    return finish_create(c, id, json_object_size(json_object_get(body, "envVars")) > 0);
 }
 
 /* The claim of the path's ID; NULL when answered (404 or a failure). */
@@ -418,7 +447,8 @@ static int op_connect(struct call *c)
         free(c->r->body);
         c->r->body = NULL;
     }
-    json_auto_t *o = sandbox_json(c, claim);
+    _cleanup_free_ char *token = token_of(c, claim);
+    json_auto_t *o = sandbox_json(c, claim, token);
     reply_json(c->r, 200, o);
     return 0;
 }
@@ -630,6 +660,8 @@ int sbx_e2b_new(struct sbx_e2b **ret, const struct sbx_e2b_opts *o, struct sbx_e
         e->o.max_timeout_s = 86400;
     if (!e->o.create_timeout_ms)
         e->o.create_timeout_ms = 60000;
+    if (!e->o.envd_port)
+        e->o.envd_port = SBX_E2B_ENVD_PORT;
     e->hook = (struct sbx_proxy_hook){
         .wants = wants, .serve = serve, .route = route, .arg = e, .max_body = MAX_BODY};
     if ((rc = e2b_store_new(&e->store, &so, err)) < 0) {

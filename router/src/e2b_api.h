@@ -5,6 +5,7 @@
  *   SandboxTemplate of that name, in the API key's namespace), GET /sandboxes and /v2/sandboxes,
  *   GET and DELETE /sandboxes/{id}, POST /sandboxes/{id}/timeout, POST /sandboxes/{id}/connect
  *   and /v2/sandboxes/{id}/connect, answered in E2B's JSON; other routes under /sandboxes 501.
+ *   A create's env vars go to the sandbox's envd (its /init, at the pod's IP) before it answers.
  *   Requests to api.<e2b domain>, and those without routing keys whose path is one of these.
  * - X-API-Key maps to a namespace by the data of one Secret (key -> namespace); a missing or
  *   unknown key is E2B's 401.
@@ -35,6 +36,7 @@ struct sbx_e2b_opts {
     uint64_t create_timeout_ms; /* a POST /sandboxes waits this long for the sandbox */
     unsigned default_timeout_s; /* a sandbox's life when the request names none */
     unsigned max_timeout_s;     /* the longest a request may ask */
+    int envd_port;              /* where a create's env vars go (/init): 0 for 49983 */
 };
 
 int sbx_e2b_new(struct sbx_e2b **ret, const struct sbx_e2b_opts *o, struct sbx_error *err);

@@ -317,8 +317,8 @@ int e2b_store_set_end(struct e2b_store *s, json_t *claim, time_t end, struct sbx
     return 0;
 }
 
-int e2b_store_wait_ready(struct e2b_store *s, const char *ns, const char *id, uint64_t timeout_ms,
-                         json_t **ret, struct sbx_error *err)
+int e2b_store_wait_ready(struct e2b_store *s, const char *ns, const char *id, bool need_ip,
+                         uint64_t timeout_ms, json_t **ret, struct sbx_error *err)
 {
     uint64_t deadline = sbx_now_ms() + timeout_ms;
     int rc;
@@ -329,7 +329,9 @@ int e2b_store_wait_ready(struct e2b_store *s, const char *ns, const char *id, ui
             return rc;
         if (rc == 0)
             return -ENOENT;
-        if (sbx_is_ready(c) && e2b_claim_sandbox(c)) {
+        json_t *ips =
+            json_object_get(json_object_get(json_object_get(c, "status"), "sandbox"), "podIPs");
+        if (sbx_is_ready(c) && e2b_claim_sandbox(c) && (!need_ip || json_array_size(ips))) {
             *ret = c;
             return 1;
         }

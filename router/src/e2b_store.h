@@ -8,6 +8,7 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -59,10 +60,10 @@ int e2b_store_delete(struct e2b_store *s, const char *ns, const char *id, struct
 /* Moves the claim's end to `end`, and its Sandbox's when it has one. */
 int e2b_store_set_end(struct e2b_store *s, json_t *claim, time_t end, struct sbx_error *err);
 
-/* Waits, at most timeout_ms, for the claim to be Ready with a sandbox: 1 with *ret (the claim),
- * 0 when it was not in time, -ENOENT when it went. */
-int e2b_store_wait_ready(struct e2b_store *s, const char *ns, const char *id, uint64_t timeout_ms,
-                         json_t **ret, struct sbx_error *err);
+/* Waits, at most timeout_ms, for the claim to be Ready with a sandbox (and with need_ip, its pod
+ * IP in its status): 1 with *ret (the claim), 0 when it was not in time, -ENOENT when it went. */
+int e2b_store_wait_ready(struct e2b_store *s, const char *ns, const char *id, bool need_ip,
+                         uint64_t timeout_ms, json_t **ret, struct sbx_error *err);
 
 /* The token of the claim's sandbox (its Secret <sandbox>-sandboxd-token), malloc'ed; -ENOENT
  * when there is none. */

@@ -69,6 +69,7 @@ static const char *arg_e2b_domain = "";
 static const char *arg_e2b_api_keys_secret = "sandboxd-e2b-api-keys";
 static const char *arg_e2b_envd_version = "0.5.2";
 static uint64_t arg_e2b_create_timeout_ms = 60000;
+static long long arg_e2b_envd_port = 49983;
 
 static int opt_count(const char *v, void *dst)
 {
@@ -85,6 +86,11 @@ static int opt_mtls(const char *v, void *dst)
             return 0;
         }
     return -EINVAL;
+}
+
+static int opt_port(const char *v, void *dst)
+{
+    return sbx_parse_int(v, 1, 65535, dst);
 }
 
 static int opt_count0(const char *v, void *dst)
@@ -190,6 +196,8 @@ static const struct sbx_flag flag_table[] = {
      "the envd version E2B answers name, which the SDKs read for what a sandbox can do (0.5.2)"},
     {"e2b-create-timeout", sbx_flag_duration, &arg_e2b_create_timeout_ms,
      "how long POST /sandboxes waits for the sandbox to be Ready (60s)"},
+    {"e2b-envd-port", opt_port, &arg_e2b_envd_port,
+     "the sandboxes' envd port, where a create's env vars go (POST /init; 49983)"},
     {"log-level", sbx_flag_log_level, NULL, "error, warn, info or debug (info)"},
     {"log-format", sbx_flag_log_format, NULL, "text or json (text)"},
 };
@@ -357,7 +365,8 @@ static int start_e2b(struct router *r, struct sbx_error *err)
                              .domain = arg_e2b_domain,
                              .lookup_ns = arg_cache_namespace,
                              .envd_version = arg_e2b_envd_version,
-                             .create_timeout_ms = arg_e2b_create_timeout_ms};
+                             .create_timeout_ms = arg_e2b_create_timeout_ms,
+                             .envd_port = (int)arg_e2b_envd_port};
     const char *slash = strchr(arg_e2b_api_keys_secret, '/');
     char ns[64] = "";
     int rc;

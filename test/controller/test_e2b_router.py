@@ -19,6 +19,7 @@ import base64
 import http.client
 import http.server
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -27,10 +28,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, free_port, wait_until
-from test_pool import EXT, pool, wait_pool_ready
+from conftest import REPO, Proc, free_port, wait_until
+from test_pool import EXT, owned_by, pool, wait_pool_ready
 from test_router import POD_IP, new_ip, router_rbac, routers  # noqa: F401 - fixtures
-from test_sdk_lifecycle import site  # noqa: F401 - fixture
+from test_sdk_lifecycle import sandboxd_bin, site  # noqa: F401 - fixture
 
 E2B_VERSION = "2.63.0"  # the newest e2b on PyPI when this was written
 KEY = "e2b_0123456789abcdef"
@@ -57,18 +58,28 @@ def e2b_python():
 
 
 @pytest.fixture
-def e2b_router(site, routers, router_rbac, cluster):  # noqa: F811
-    """The router with E2B on, its keys' Secret mapping KEY to the site's namespace."""
+def e2b_routers(site, routers, router_rbac, cluster):  # noqa: F811
+    """Starts routers with E2B on (and more flags), their keys' Secret mapping KEY to the site's
+    namespace and OTHER_KEY to another."""
     for obj in yaml.safe_load_all((REPO / "router/config/rbac/e2b.yaml").read_text()):
         cluster.admin.apply(obj)
     site.k.create({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": "e2b-keys", "namespace": site.ns},
                    "data": {KEY: base64.b64encode(site.ns.encode()).decode(),
                             OTHER_KEY: base64.b64encode(b"another-team").decode()}})
-    r = routers("--e2b-api", f"--e2b-domain={DOMAIN}", f"--e2b-api-keys-secret={site.ns}/e2b-keys",
-                "--e2b-create-timeout=5s", "--http-head-timeout=2s")
-    wait_until(r.ready, 30, what="router ready")
-    return r
+
+    def start(*extra):
+        r = routers("--e2b-api", f"--e2b-domain={DOMAIN}",
+                    f"--e2b-api-keys-secret={site.ns}/e2b-keys", "--e2b-create-timeout=5s",
+                    "--http-head-timeout=2s", *extra)
+        wait_until(r.ready, 30, what="router ready")
+        return r
+    return start
+
+
+@pytest.fixture
+def e2b_router(e2b_routers):
+    return e2b_routers()
 
 
 class Echo:
@@ -76,7 +87,7 @@ class Echo:
     GET /health with envd's 204, for the SDK's is_running)."""
 
     def __init__(self, ip="127.0.0.1", port=None):
-        seen = self.seen = []
+        seen, bodies = self.seen, self.bodies = [], []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
@@ -92,7 +103,14 @@ class Echo:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_POST = do_GET
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(n) if n else b""
+                try:
+                    bodies.append(json.loads(data) if data else None)
+                except ValueError:
+                    bodies.append(data)
+                self.do_GET()
 
             def log_message(self, *args):
                 pass
@@ -194,9 +212,9 @@ def envd_pool(site):  # noqa: F811
     return Echo(ip)
 
 
-def test_sdk_create_info_list_timeout_kill(site, e2b_router, e2b_python):  # noqa: F811
+def test_sdk_create_info_list_timeout_kill(site, e2b_routers, e2b_python):  # noqa: F811
     envd = envd_pool(site)
-    r = e2b_router
+    r = e2b_routers(f"--e2b-envd-port={envd.port}")
     env = site.env(E2B_API_URL=f"http://127.0.0.1:{r.port}", E2B_API_KEY=KEY, E2B_DOMAIN=DOMAIN,
                    E2B_SANDBOX_URL=f"http://127.0.0.1:{r.port}")
     p = subprocess.Popen([str(e2b_python), "-c", SDK, str(envd.port)], env=env, stdin=subprocess.PIPE,
@@ -208,6 +226,11 @@ def test_sdk_create_info_list_timeout_kill(site, e2b_router, e2b_python):  # noq
         sid = out["id"]
         assert sid.isalnum() and sid == sid.lower() and len(sid) == 20
         assert out["domain"] == DOMAIN and out["running"] is True and out["connected"] == sid
+        # The env vars went to envd's /init, with its access token, before the create answered.
+        init = [h for (m, path, h) in envd.seen if (m, path) == ("POST", "/init")]
+        assert len(init) == 1 and init[0]["x-access-token"] == site.token_of(
+            site.k.get(*CLAIM, site.ns, sid)["status"]["sandbox"]["name"])
+        assert envd.bodies[0] == {"envVars": {"GREETING": "hi there"}}
         health = [h for (m, path, h) in envd.seen if path == "/health"]
         assert health and health[0].get("e2b-sandbox-id") == sid
         assert health[0].get("x-access-token") == site.token_of(
@@ -325,7 +348,7 @@ def test_a_sandbox_not_ready_in_time_is_504_and_gone(site, e2b_router):  # noqa:
     wait_until(lambda: site.claims() == [], 30, what="the claim deleted")
 
 
-def test_sandbox_traffic_reaches_the_claims_pod(site, e2b_router):  # noqa: F811
+def test_sandbox_traffic_reaches_the_claims_pod(site, e2b_router, e2b_routers):  # noqa: F811
     site.serve_warm()
     r, echo = e2b_router, Echo()
     try:
@@ -370,5 +393,72 @@ def test_sandbox_traffic_reaches_the_claims_pod(site, e2b_router):  # noqa: F811
         s, _, got = call(r.port, "GET", "/health", headers={
             "E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(echo.port)})
         assert s == 502 and "was not found" in got["message"]
+
+        # Env vars no envd took (nothing listens at that port): 500, not retried, no claim.
+        r2 = e2b_routers(f"--e2b-envd-port={free_port()}")
+        s, h, b = api(r2, "POST", "/sandboxes", {"templateID": "p", "envVars": {"A": "1"}})
+        assert s == 500 and "env vars" in b["message"] and h.get("Should-Retry") == "false", b
+        wait_until(lambda: site.claims() == [], 30, what="the claim deleted")
     finally:
         echo.close()
+
+
+RUN = r"""
+import json, sys
+from e2b import Sandbox
+from e2b.connection_config import ConnectionConfig
+
+ConnectionConfig.envd_port = int(sys.argv[1])  # as in SDK above: the sandboxd's E2B port
+sb = Sandbox.create(template="real", timeout=120, envs={"GREETING": "hi there"})
+r = sb.commands.run("echo routed $GREETING; echo err >&2")
+sb.files.write(sys.argv[2], "through the router")
+out = {"stdout": r.stdout, "stderr": r.stderr, "exit": r.exit_code,
+       "read": sb.files.read(sys.argv[2]), "killed": sb.kill()}
+print(json.dumps(out))
+"""
+
+
+def test_sdk_commands_and_files_through_the_router(site, e2b_routers, e2b_python,  # noqa: F811
+                                                   tmp_path):
+    """The whole way: the SDK creates a sandbox through the router's API (its env vars pushed to
+    envd's /init by the router), then runs a command that sees them and writes and reads a file
+    through the router's sandbox routing, to a real sandboxd's E2B port (--e2b-port) at the
+    pod's address, which checks the envd access token the create answered (the sandbox's
+    Secret's token)."""
+    ip = new_ip()
+    site.k.create({"apiVersion": EXT, "kind": "SandboxTemplate",
+                   "metadata": {"name": "real", "namespace": site.ns},
+                   "spec": {"podTemplate": {"metadata": {"labels": {POD_IP: ip}}, "spec": {
+                       "containers": [{"name": "main", "image": "debian:12"}]}}}})
+    pool(site.k, site.ns, "real", 1, tpl="real")
+    wait_pool_ready(site.k, site.ns, "real", 1)
+    warm = owned_by(site.k, site.ns, "SandboxWarmPool", "real")[0]["metadata"]["name"]
+    tok = tmp_path / "token"
+    tok.write_text(site.token_of(warm) + "\n")
+    tok.chmod(0o600)
+    root = tmp_path / "root"
+    root.mkdir()
+    port = free_port()
+    d = Proc("sandboxd-e2b", [sandboxd_bin(), "--listen-host", ip, "--grpc-port", "0",
+                              "--rest-port", "0", "--e2b-port", str(port), "--root-dir",
+                              str(root), "--token-file", str(tok), "--shutdown-timeout", "5s"],
+             str(tmp_path))
+    try:
+        wait_until(lambda: d.alive() and re.search(r"e2b listening on \S+ port \d+",
+                                                   d.log.read_text(errors="replace")),
+                   20, what="sandboxd's E2B port")
+        r = e2b_routers(f"--e2b-envd-port={port}")
+        env = site.env(E2B_API_URL=f"http://127.0.0.1:{r.port}", E2B_API_KEY=KEY,
+                       E2B_DOMAIN=DOMAIN, E2B_SANDBOX_URL=f"http://127.0.0.1:{r.port}")
+        path = tmp_path / "files" / "routed.txt"
+        p = subprocess.run([str(e2b_python), "-c", RUN, str(port), str(path)], env=env,
+                           capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stderr[-3000:] + d.tail()
+        out = json.loads(p.stdout)
+        assert out == {"stdout": "routed hi there\n", "stderr": "err\n", "exit": 0,
+                       "read": "through the router", "killed": True}, out
+        assert path.read_text() == "through the router"
+        assert site.claims() == [] or all(
+            "deletionTimestamp" in c["metadata"] for c in site.k.list(*CLAIM, site.ns))
+    finally:
+        assert d.stop() == 0, d.tail()
