@@ -225,10 +225,11 @@ static void check_pod(json_t *sb, const struct sbx_inject_opts *o)
               !strcmp(str_at(json_object_get(init, "args"), 0) ?: "", SBX_BIN_DIR),
           "the injector is not the first init container");
     struct sbx_ports pp;
-    CHECK(sbx_pod_ports(tspec, json_object_get(json_object_get(json_object_get(sb, "spec"),
-                                                                "podTemplate"),
-                                                "metadata"),
-                        o, &pp, &err) == 0, "ports of a pod that was built: %s", err.msg);
+    CHECK(sbx_pod_ports(tspec,
+                        json_object_get(json_object_get(json_object_get(sb, "spec"), "podTemplate"),
+                                        "metadata"),
+                        o, &pp, &err) == 0,
+          "ports of a pod that was built: %s", err.msg);
     CHECK((pp.grpc == o->grpc_port && pp.rest == o->rest_port) ||
               (pp.grpc >= SBX_ALT_GRPC_PORT &&
                pp.rest == pp.grpc - SBX_ALT_GRPC_PORT + SBX_ALT_REST_PORT),
