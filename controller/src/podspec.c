@@ -440,10 +440,9 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
         append(c, "ports",
                json_pack("{s:s, s:i, s:s}", "name", SBX_REST_PORT_NAME, "containerPort",
                          ports->rest, "protocol", "TCP")) < 0 ||
-        (ports->e2b &&
-         append(c, "ports",
-                json_pack("{s:s, s:i, s:s}", "name", SBX_E2B_PORT_NAME, "containerPort",
-                          ports->e2b, "protocol", "TCP")) < 0) ||
+        (ports->e2b && append(c, "ports",
+                              json_pack("{s:s, s:i, s:s}", "name", SBX_E2B_PORT_NAME,
+                                        "containerPort", ports->e2b, "protocol", "TCP")) < 0) ||
         append(c, "volumeMounts",
                json_pack("{s:s, s:s, s:b}", "name", SBX_BIN_VOLUME, "mountPath", SBX_BIN_DIR,
                          "readOnly", 1)) < 0 ||
@@ -459,9 +458,8 @@ static int inject_main(json_t *c, const struct sbx_inject_opts *o, const struct 
     return 0;
 }
 
-static int inject(json_t *spec, json_t *tmeta, const char *secret,
-                  const struct sbx_inject_opts *o, const struct image_run *img,
-                  struct sbx_error *err)
+static int inject(json_t *spec, json_t *tmeta, const char *secret, const struct sbx_inject_opts *o,
+                  const struct image_run *img, struct sbx_error *err)
 {
     json_t *containers = json_object_get(spec, "containers");
     json_t *volumes = json_object_get(spec, "volumes");
@@ -604,11 +602,11 @@ json_t *sbx_sandbox_service(json_t *sandbox, const struct sbx_inject_opts *o)
                   &err);
     sbx_name_hash(meta_str(sandbox, "name"), hash);
     json_t *svc = json_pack(
-        "{s:s, s:s, s:o, s:{s:s, s:{s:s}, s:b, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}]}}", "apiVersion",
-        "v1", "kind", "Service", "metadata", child_meta(sandbox, meta_str(sandbox, "name")), "spec",
-        "clusterIP", "None", "selector", SBX_LABEL_HASH, hash, "publishNotReadyAddresses", 1,
-        "ports", "name", "grpc", "port", ports.grpc, "protocol", "TCP", "name", "http", "port",
-        ports.rest, "protocol", "TCP");
+        "{s:s, s:s, s:o, s:{s:s, s:{s:s}, s:b, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}]}}",
+        "apiVersion", "v1", "kind", "Service", "metadata",
+        child_meta(sandbox, meta_str(sandbox, "name")), "spec", "clusterIP", "None", "selector",
+        SBX_LABEL_HASH, hash, "publishNotReadyAddresses", 1, "ports", "name", "grpc", "port",
+        ports.grpc, "protocol", "TCP", "name", "http", "port", ports.rest, "protocol", "TCP");
     if (svc && ports.e2b &&
         json_array_append_new(json_object_get(json_object_get(svc, "spec"), "ports"),
                               json_pack("{s:s, s:i, s:s}", "name", "e2b", "port", ports.e2b,

@@ -234,8 +234,9 @@ static void e2b(void)
         {"yes", "{\"containers\":[" MAIN "}]}", "\"true\" or \"false\"", "a value not a bool"},
         {"true", "{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":49983}]}]}",
          "port 49983 is declared", "49983 declared by the app"},
-        {"false", "{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":1,\"name\":"
-                  "\"sandboxd-e2b\"}]}]}",
+        {"false",
+         "{\"containers\":[" MAIN ",\"ports\":[{\"containerPort\":1,\"name\":"
+         "\"sandboxd-e2b\"}]}]}",
          "sandboxd's", "our port name taken, even unasked"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
