@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "proxy_internal.h"
+#include "proxy_types.h"
 
 #define THREAD_STACK (256 * 1024)
 

@@ -8,7 +8,7 @@
 
 #include "credentials.h"
 #include "log.h"
-#include "proxy_internal.h"
+#include "proxy_types.h"
 
 /* The first value of a field, NUL-terminated, malloc'ed; NULL when absent. */
 static char *field_dup(const struct sbx_h1_msg *m, const char *name)

@@ -13,91 +13,9 @@
 #include "cleanup.h"
 #include "log.h"
 #include "preview.h"
-#include "proxy_internal.h"
+#include "proxy_types.h"
 
 #define KEY_MAX 256
-
-static bool write_all(int fd, const char *buf, size_t len, uint64_t timeout_ms)
-{
-    uint64_t deadline = sbx_now_ms() + timeout_ms;
-
-    while (len > 0) {
-        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            buf += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno != EAGAIN && errno != EINTR)
-            return false;
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        uint64_t now = sbx_now_ms();
-        if (now >= deadline || poll(&pfd, 1, (int)(deadline - now)) == 0)
-            return false;
-    }
-    return true;
-}
-
-/* Answers a body of ours (JSON), with the head fields extra ("" or lines ending "\r\n"), and
- * counts it. */
-int proxy_reply(struct proxy_conn *c, unsigned status, const char *extra, const char *body,
-                bool close)
-{
-    char head[600];
-    size_t blen = strlen(body);
-    char length[96] = "";
-    int hlen;
-
-    if (status != 204) /* which has no body, and says no length (RFC 9110 §8.6) */
-        snprintf(length, sizeof(length),
-                 "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
-    hlen = snprintf(head, sizeof(head), "HTTP/1.1 %u %s\r\n%s%s%s\r\n", status,
-                    status < 300   ? "OK"
-                    : status < 500 ? "Refused"
-                                   : "Error",
-                    length, extra, close ? "Connection: close\r\n" : "");
-    if (hlen >= (int)sizeof(head))
-        return -EINVAL;
-
-    STAT_ADD(c->p, by_status[status / 100 % 6], 1);
-    return write_all(c->cfd, head, (size_t)hlen, c->p->o.proxy_timeout_ms) &&
-                   write_all(c->cfd, body, blen, c->p->o.proxy_timeout_ms)
-               ? 0
-               : -EPIPE;
-}
-
-static int reply(struct proxy_conn *c, unsigned status, const char *body, bool close)
-{
-    return proxy_reply(c, status, "", body, close);
-}
-
-int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool close)
-{
-    char body[600];
-    size_t n = (size_t)snprintf(body, sizeof(body), "{\"detail\": \"");
-
-    for (; *msg && n < sizeof(body) - 8; msg++) { /* a JSON string: quotes escaped, no controls */
-        if (*msg == '"' || *msg == '\\')
-            body[n++] = '\\';
-        body[n++] = (unsigned char)*msg < 0x20 ? ' ' : *msg;
-    }
-    snprintf(body + n, sizeof(body) - n, "\"}\n");
-    return reply(c, status, body, close);
-}
-
-/* 308 to loc (a path of ours, already valid as a target). */
-static int proxy_redirect(struct proxy_conn *c, const char *loc)
-{
-    static const char head[] = "HTTP/1.1 308 Permanent Redirect\r\nLocation: ";
-    static const char tail[] = "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-
-    STAT_ADD(c->p, by_status[3], 1);
-    return write_all(c->cfd, head, sizeof(head) - 1, c->p->o.proxy_timeout_ms) &&
-                   write_all(c->cfd, loc, strlen(loc), c->p->o.proxy_timeout_ms) &&
-                   write_all(c->cfd, tail, sizeof(tail) - 1, c->p->o.proxy_timeout_ms)
-               ? 0
-               : -EPIPE;
-}
 
 static void set_ufd(struct proxy_conn *c, int fd)
 {
@@ -491,7 +409,7 @@ static bool serve_one(struct proxy_conn *c, size_t head_len)
     x.close_after = x.client_http10 || sbx_h1_has_token(m, "Connection", "close");
     if (is_healthz(m)) {
         rc = sbx_h1_request_body(m, &x.req) == 0 && x.req.kind == SBX_H1_BODY_NONE
-                 ? reply(c, 200, "{\"status\":\"ok\"}", x.close_after)
+                 ? proxy_reply(c, 200, "", "{\"status\":\"ok\"}", x.close_after)
                  : -EINVAL;
         c->up.woff = c->up.wend = head_len;
         return rc == 0 && !x.close_after;

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proxy_internal.h"
+#include "proxy_types.h"
 
 /* Splits "host:port" or "[v6]:port" in place. */
 static int split_host(char *s, char **host, char **port)

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 
 #include "cleanup.h"
-#include "proxy_internal.h"
+#include "proxy_types.h"
 
 /* Reads the rest of a body of len bytes, of which the buffer holds [head_len, rend), into a
  * string of its own; the client's buffer is left at the next request. */

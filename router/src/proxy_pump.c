@@ -7,7 +7,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "proxy_internal.h"
+#include "proxy_types.h"
 
 #define DONE_CLOSE 1 /* proxy_exchange: the client connection ends quietly */
 

@@ -4,7 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include "proxy_internal.h"
+#include "proxy_types.h"
 
 #define SPLICE_PIPE (1 << 20) /* asked of the kernel; it may give less */
 

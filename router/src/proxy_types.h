@@ -1,4 +1,5 @@
-/* Shared by the proxy's files: one client connection and the two byte pipes of an exchange. */
+/* The types the proxy's files share (one client connection and the two byte pipes of an
+ * exchange) and what each of them offers the others. */
 #pragma once
 
 #include <pthread.h>
@@ -78,13 +79,16 @@ struct sbx_proxy {
 /* proxy_conn.c: serves every request of the connection, then closes it. */
 void proxy_conn_serve(struct proxy_conn *c);
 
-/* proxy_conn.c: answers an error of ours as JSON {"detail": msg} and counts it. */
+/* proxy_reply.c: answers an error of ours as JSON {"detail": msg} and counts it. */
 int proxy_answer(struct proxy_conn *c, unsigned status, const char *msg, bool close);
 
-/* proxy_conn.c: answers status with a JSON body of ours and extra head fields ("" or lines
+/* proxy_reply.c: answers status with a JSON body of ours and extra head fields ("" or lines
  * ending "\r\n"), and counts it; -EPIPE when the client could not take it. */
 int proxy_reply(struct proxy_conn *c, unsigned status, const char *extra, const char *body,
                 bool close);
+
+/* proxy_reply.c: a 308 to loc (a path of ours, already valid as a target), counted. */
+int proxy_redirect(struct proxy_conn *c, const char *loc);
 
 /* proxy_hook.c: a request the hook answers (its body read whole); true when the connection
  * may serve another. */
