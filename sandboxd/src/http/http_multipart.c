@@ -6,8 +6,8 @@
  * The body is taken to start after a line end, so that it may open with "--boundary" directly.
  * A delimiter is searched for byte by byte across pieces of the body: as "\r" appears only at
  * its start (RFC 2046's boundary characters hold no CR), the bytes of a partial match are always
- * the delimiter's own first bytes, and on a mismatch they are handed on from the delimiter
- * itself, with nothing buffered. */
+ * the delimiter's own first bytes: on a mismatch, those of an earlier piece are handed on from
+ * the delimiter itself, with nothing buffered. */
 #include "http_multipart.h"
 
 #include <errno.h>
@@ -279,43 +279,58 @@ static int emit(struct sbx_multipart *m, const char *p, size_t n)
 }
 
 /* Content (or preamble) bytes at p[0..n) up to a whole delimiter; returns how many were taken,
- * or -errno. */
+ * or -errno. Content is handed on in runs as long as the piece allows, not cut at every "\r"
+ * (random data has one every 256 bytes: a write each would be most of an upload's cost): the
+ * bytes of a partial match that began in this piece stay in the run when they turn out to be
+ * content, and only a match carried over from an earlier piece is handed on from the delimiter
+ * itself. */
 static ssize_t content(struct sbx_multipart *m, const char *p, size_t n)
 {
-    size_t i = 0;
+    size_t i = 0, from = 0, at = 0; /* p[from..) not handed on yet; p[at]: where the match began */
+    bool carried = m->matched > 0;  /* the match began in an earlier piece */
     int r;
 
     while (i < n) {
         if (m->matched == 0) {
             const char *cr = memchr(p + i, '\r', n - i);
-            size_t run = cr ? (size_t)(cr - (p + i)) : n - i;
-            if ((r = emit(m, p + i, run)) < 0)
-                return r;
-            i += run;
-            if (cr) {
-                m->matched = 1;
-                i++;
+            if (!cr) {
+                i = n;
+                break;
             }
+            at = (size_t)(cr - p);
+            i = at + 1;
+            m->matched = 1;
             continue;
         }
         if (p[i] != m->delim[m->matched]) {
-            /* The bytes matched so far were content: they are the delimiter's first ones. */
-            if ((r = emit(m, m->delim, m->matched)) < 0)
+            /* The bytes matched so far were content. Those of this piece are in the run; those
+             * of an earlier one are the delimiter's first bytes. */
+            if (carried && (r = emit(m, m->delim, m->matched)) < 0)
                 return r;
+            if (carried)
+                from = i;
+            carried = false;
             m->matched = 0;
             continue;
         }
         i++;
         if (++m->matched == m->delim_len) {
             m->matched = 0;
+            if (!carried && (r = emit(m, p + from, at - from)) < 0)
+                return r;
             if (m->state == MP_BODY && m->in_file && m->parts &&
                 (r = part_call(m, m->parts->end(m->cls, &m->fail))) < 0)
                 return r;
             m->state = MP_AFTER;
-            break;
+            return (ssize_t)i;
         }
     }
-    return (ssize_t)i;
+    /* The end of the piece: a partial match is held back (its bytes are the delimiter's). */
+    if (carried)
+        return (ssize_t)n; /* every byte of the piece is part of the match */
+    if ((r = emit(m, p + from, (m->matched ? at : n) - from)) < 0)
+        return r;
+    return (ssize_t)n;
 }
 
 static int after_delimiter(struct sbx_multipart *m, char c)

@@ -288,8 +288,62 @@ static void several_files(void)
     }
 }
 
+/* Counts the data calls and checks the bytes against the content expected. */
+struct run_sink {
+    const char *want;
+    size_t len, calls;
+    bool same;
+};
+
+static int count_run(void *cls, const char *data, size_t len, struct sbx_error *err)
+{
+    struct run_sink *s = cls;
+
+    (void)err;
+    s->same = s->same && memcmp(s->want + s->len, data, len) == 0;
+    s->len += len;
+    s->calls++;
+    return 0;
+}
+
+/* Content with a CR every 97 bytes and partial delimiters in it is handed on in runs as long as
+ * the pieces it comes in, not cut at each CR: one call for a body in one piece, and at most two
+ * a piece (the run, and a partial match carried over) in any other. */
+static void runs(void)
+{
+    enum { N = 256 * 1024 };
+    static const char head[] = "--XX\r\n" FILEPART;
+    char *body = malloc(sizeof(head) + N + 16), *c, msg[256];
+    size_t len;
+
+    if (!body)
+        return;
+    c = body + strlen(strcpy(body, head));
+    for (size_t i = 0; i < N; i++)
+        c[i] = (char)('a' + i % 26);
+    for (size_t i = 96; i < N; i += 97)
+        c[i] = '\r';
+    for (size_t i = 1000; i + 5 < N; i += 4096)
+        memcpy(c + i, "\r\n--X", 5);
+    len = (size_t)(c - body) + N;
+    memcpy(body + len, "\r\n--XX--", 9);
+    len += 9;
+    size_t steps[] = {1000, 4096, 65536, len};
+    for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+        size_t step = steps[k];
+        struct run_sink s = {c, 0, 0, true};
+        size_t pieces = (len + step - 1) / step;
+        int r = parse_with("XX", body, len, step, count_run, &s, NULL, msg);
+        ok(r == 0 && s.same && s.len == N && s.calls <= (step == len ? 1 : 2 * pieces),
+           "content in pieces of %zu: %zu bytes in %zu calls (%zu pieces): %d %s", step, s.len,
+           s.calls, pieces, r, msg);
+    }
+    free(body);
+}
+
 int main(void)
 {
+    runs();
     several_files();
     forms();
     not_whole();
