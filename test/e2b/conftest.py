@@ -4,9 +4,18 @@ unmodified `e2b` Python SDK from PyPI and by raw HTTP for what the SDK never sen
 The SDK needs no control plane here: E2B_DEBUG=true makes Sandbox.create() skip the API and
 E2B_SANDBOX_URL points every envd call at our port (the SDK 2.63 reads both; see README.md).
 
+The same tests run through the router and E2B's control plane when SANDBOXD_E2B_TEMPLATE is
+set (test/controller/test_e2b_sdk.py does that): one sandbox of that template is created with
+E2B_API_URL / E2B_API_KEY for the whole session, its envd traffic goes where E2B_SANDBOX_URL (the
+router's shared host) or E2B_DOMAIN (<port>-<id>.<domain>) says, and the tests that talk to a
+sandboxd of their own (raw HTTP, curl, a token, SIGTERM) are skipped there.
+
 Environment:
-  SANDBOXD_BIN        our daemon
-  SANDBOXD_SANITIZED  ON under ASan (waits are longer)
+  SANDBOXD_BIN            our daemon (not through the router)
+  SANDBOXD_SANITIZED      ON under ASan (waits are longer)
+  SANDBOXD_E2B_TEMPLATE   through the router: the template to create the session's sandbox of
+  SANDBOXD_E2B_ENVD_PORT  through the router: envd's port in the sandbox (the SDK's 49983)
+  SANDBOXD_E2B_SANDBOX_ID through the router: connect to this sandbox rather than create one
 """
 
 import http.client
@@ -25,6 +34,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 import sbxtest  # noqa: E402
 
+ROUTED = os.environ.get("SANDBOXD_E2B_TEMPLATE")
 SANITIZED = os.environ.get("SANDBOXD_SANITIZED", "OFF").upper() in ("ON", "1", "TRUE")
 START_TIMEOUT = 30.0 if SANITIZED else 10.0
 E2B_LISTENING = r"e2b listening on 127\.0\.0\.1 port (\d+)"
@@ -108,6 +118,8 @@ def read_envelopes(data):
 
 @pytest.fixture(scope="session")
 def sandboxd_bin():
+    if ROUTED:
+        pytest.skip("starts a sandboxd of its own, not through the router")
     path = Path(os.environ.get("SANDBOXD_BIN", ""))
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(f"sandboxd binary not found at '{path}' (set SANDBOXD_BIN)")
@@ -116,6 +128,8 @@ def sandboxd_bin():
 
 @pytest.fixture(scope="module")
 def daemon(sandboxd_bin, tmp_path_factory):
+    if ROUTED:
+        pytest.skip("talks to a sandboxd of its own, not through the router")
     d = Daemon(sandboxd_bin, tmp_path_factory.mktemp("e2b"))
     yield d
     d.stop()
@@ -136,13 +150,43 @@ def make_daemon(sandboxd_bin, tmp_path_factory):
         d.stop()
 
 
+@pytest.fixture(scope="session")
+def routed_sandbox():
+    """Through the router: the session's one sandbox, created from SANDBOXD_E2B_TEMPLATE by the
+    control plane and killed at the end (kill answering True is checked)."""
+    from e2b import Sandbox
+    from e2b.connection_config import ConnectionConfig
+    if os.environ.get("SANDBOXD_E2B_ENVD_PORT"):
+        # the SDK names envd's port in E2b-Sandbox-Port or the host; the test's sandboxd has
+        # a free port of its own rather than 49983
+        ConnectionConfig.envd_port = int(os.environ["SANDBOXD_E2B_ENVD_PORT"])
+    sid = os.environ.get("SANDBOXD_E2B_SANDBOX_ID")
+    # One made before (the per-host form: the test maps its host name first), else a new one.
+    sb = Sandbox.connect(sid) if sid else Sandbox.create(template=ROUTED, timeout=600)
+    yield sb
+    assert sb.kill() is True
+
+
 @pytest.fixture
-def sandbox(daemon, monkeypatch):
-    """The SDK's Sandbox, pointed at the daemon without a control plane."""
+def sandbox(request, monkeypatch):
+    """The SDK's Sandbox: pointed at the daemon without a control plane, or (SANDBOXD_E2B_TEMPLATE)
+    the session's sandbox through the router."""
+    if ROUTED:
+        sb = request.getfixturevalue("routed_sandbox")
+        yield sb
+        assert sb.is_running(), "the sandbox stopped answering through the router"
+        return
+    daemon = request.getfixturevalue("daemon")
     monkeypatch.setenv("E2B_DEBUG", "true")
     monkeypatch.setenv("E2B_SANDBOX_URL", daemon.url)
     from e2b import Sandbox
-    return Sandbox.create()
+    yield Sandbox.create()
+
+
+async def async_sandbox(sandbox):
+    """The asynchronous SDK's handle on the same sandbox (the `sandbox` fixture's environment)."""
+    from e2b import AsyncSandbox
+    return await AsyncSandbox.connect(sandbox.sandbox_id)
 
 
 def sdk_sandbox(d, monkeypatch, **kw):

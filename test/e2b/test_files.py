@@ -24,17 +24,20 @@ from e2b.exceptions import (
     SandboxException,
 )
 
+from conftest import ROUTED, async_sandbox
+
 NOBODY = pwd.getpwnam("nobody")
 
 
 @pytest.fixture
-def tmp(daemon):
+def tmp(request):
     """A directory of the test's own, readable by anyone (nobody's tests need that)."""
+    daemon = None if ROUTED else request.getfixturevalue("daemon")
     d = Path(tempfile.mkdtemp(prefix="e2b-files-"))
     d.chmod(0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
-    assert daemon.alive()
+    assert daemon is None or daemon.alive()
 
 
 def test_write_read_exists_info(sandbox, tmp):
@@ -210,13 +213,11 @@ def test_watch_dir_hides_what_the_user_may_not_list(sandbox, tmp):
         h.stop()
 
 
-def test_watch_dir_stream(daemon, tmp, monkeypatch):
+def test_watch_dir_stream(sandbox, tmp):
     from e2b.sandbox.filesystem.watch_handle import FilesystemEventType as T
-    monkeypatch.setenv("E2B_DEBUG", "true")
-    monkeypatch.setenv("E2B_SANDBOX_URL", daemon.url)
 
     async def run():
-        sbx = await AsyncSandbox.create()
+        sbx = await async_sandbox(sandbox)
         events = []
         h = await sbx.files.watch_dir(str(tmp), on_event=events.append, include_entry=True)
         try:
