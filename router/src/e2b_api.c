@@ -653,7 +653,7 @@ int sbx_e2b_new(struct sbx_e2b **ret, const struct sbx_e2b_opts *o, struct sbx_e
     e->o = *o;
     snprintf(e->domain, sizeof(e->domain), "%s", o->domain ? o->domain : "");
     snprintf(e->envd_version, sizeof(e->envd_version), "%s",
-             o->envd_version && *o->envd_version ? o->envd_version : "0.5.2");
+             o->envd_version && *o->envd_version ? o->envd_version : SBX_E2B_ENVD_VERSION);
     if (!e->o.default_timeout_s)
         e->o.default_timeout_s = 300;
     if (!e->o.max_timeout_s)

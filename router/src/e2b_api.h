@@ -25,6 +25,12 @@
 struct sbx_kube;
 struct sbx_e2b;
 
+/* The envd version answers name by default. The SDKs gate features on it (SDK 2.63: file
+ * metadata 0.6.2, entry info in watch events 0.6.3, watches on network mounts 0.6.4) and refuse
+ * them below; sandboxd's E2B port has all of those (test/e2b runs the SDK at its debug version,
+ * which passes every gate), so a lower one only takes features away. */
+#define SBX_E2B_ENVD_VERSION "0.6.4"
+
 struct sbx_e2b_opts {
     struct sbx_kube *kube; /* borrowed */
     bool api;              /* serve the control plane */

@@ -67,7 +67,7 @@ static uint64_t arg_cache_resync_ms = 600000;
 static bool arg_e2b_api;
 static const char *arg_e2b_domain = "";
 static const char *arg_e2b_api_keys_secret = "sandboxd-e2b-api-keys";
-static const char *arg_e2b_envd_version = "0.5.2";
+static const char *arg_e2b_envd_version = SBX_E2B_ENVD_VERSION;
 static uint64_t arg_e2b_create_timeout_ms = 60000;
 static long long arg_e2b_envd_port = 49983;
 
@@ -193,7 +193,8 @@ static const struct sbx_flag flag_table[] = {
      "the Secret \"[namespace/]name\" whose data maps E2B API keys to namespaces (the router's "
      "namespace when none; sandboxd-e2b-api-keys)"},
     {"e2b-envd-version", sbx_flag_string, &arg_e2b_envd_version,
-     "the envd version E2B answers name, which the SDKs read for what a sandbox can do (0.5.2)"},
+     "the envd version E2B answers name, which the SDKs read for what a sandbox can do "
+     "(" SBX_E2B_ENVD_VERSION ")"},
     {"e2b-create-timeout", sbx_flag_duration, &arg_e2b_create_timeout_ms,
      "how long POST /sandboxes waits for the sandbox to be Ready (60s)"},
     {"e2b-envd-port", opt_port, &arg_e2b_envd_port,
