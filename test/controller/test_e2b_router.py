@@ -418,21 +418,19 @@ print(json.dumps(out))
 """
 
 
-def test_sdk_commands_and_files_through_the_router(site, e2b_routers, e2b_python,  # noqa: F811
-                                                   tmp_path):
-    """The whole way: the SDK creates a sandbox through the router's API (its env vars pushed to
-    envd's /init by the router), then runs a command that sees them and writes and reads a file
-    through the router's sandbox routing, to a real sandboxd's E2B port (--e2b-port) at the
-    pod's address, which checks the envd access token the create answered (the sandbox's
-    Secret's token)."""
+def real_envd(site, tmp_path, name="real", extra=()):  # noqa: F811
+    """A template `name` whose pods kwok puts on an address of their own, its warm pool of one,
+    and a real sandboxd with its E2B port there, holding the warm sandbox's token (envd's access
+    token, as the router hands it out). Returns the daemon (Proc) and its E2B port; the caller
+    stops it."""
     ip = new_ip()
     site.k.create({"apiVersion": EXT, "kind": "SandboxTemplate",
-                   "metadata": {"name": "real", "namespace": site.ns},
+                   "metadata": {"name": name, "namespace": site.ns},
                    "spec": {"podTemplate": {"metadata": {"labels": {POD_IP: ip}}, "spec": {
                        "containers": [{"name": "main", "image": "debian:12"}]}}}})
-    pool(site.k, site.ns, "real", 1, tpl="real")
-    wait_pool_ready(site.k, site.ns, "real", 1)
-    warm = owned_by(site.k, site.ns, "SandboxWarmPool", "real")[0]["metadata"]["name"]
+    pool(site.k, site.ns, name, 1, tpl=name)
+    wait_pool_ready(site.k, site.ns, name, 1)
+    warm = owned_by(site.k, site.ns, "SandboxWarmPool", name)[0]["metadata"]["name"]
     tok = tmp_path / "token"
     tok.write_text(site.token_of(warm) + "\n")
     tok.chmod(0o600)
@@ -441,12 +439,27 @@ def test_sdk_commands_and_files_through_the_router(site, e2b_routers, e2b_python
     port = free_port()
     d = Proc("sandboxd-e2b", [sandboxd_bin(), "--listen-host", ip, "--grpc-port", "0",
                               "--rest-port", "0", "--e2b-port", str(port), "--root-dir",
-                              str(root), "--token-file", str(tok), "--shutdown-timeout", "5s"],
-             str(tmp_path))
+                              str(root), "--token-file", str(tok), "--shutdown-timeout", "5s",
+                              *extra], str(tmp_path))
     try:
         wait_until(lambda: d.alive() and re.search(r"e2b listening on \S+ port \d+",
                                                    d.log.read_text(errors="replace")),
                    20, what="sandboxd's E2B port")
+    except BaseException:
+        d.stop()
+        raise
+    return d, port
+
+
+def test_sdk_commands_and_files_through_the_router(site, e2b_routers, e2b_python,  # noqa: F811
+                                                   tmp_path):
+    """The whole way: the SDK creates a sandbox through the router's API (its env vars pushed to
+    envd's /init by the router), then runs a command that sees them and writes and reads a file
+    through the router's sandbox routing, to a real sandboxd's E2B port (--e2b-port) at the
+    pod's address, which checks the envd access token the create answered (the sandbox's
+    Secret's token)."""
+    d, port = real_envd(site, tmp_path)
+    try:
         r = e2b_routers(f"--e2b-envd-port={port}")
         env = site.env(E2B_API_URL=f"http://127.0.0.1:{r.port}", E2B_API_KEY=KEY,
                        E2B_DOMAIN=DOMAIN, E2B_SANDBOX_URL=f"http://127.0.0.1:{r.port}")
