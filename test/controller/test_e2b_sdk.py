@@ -153,3 +153,44 @@ def test_set_timeout_and_kill_with_sandboxd_behind(site, e2b_routers, e2b_python
         assert out["connect_after_kill"] == "SandboxNotFoundException", out
     finally:
         assert d.stop() == 0, d.tail()
+
+
+QUIET = r"""
+import json, os, sys
+import e2b.sandbox_sync.commands.command as command
+from e2b import Sandbox
+from e2b.connection_config import ConnectionConfig
+
+ConnectionConfig.envd_port = int(os.environ["SANDBOXD_E2B_ENVD_PORT"])
+sb = Sandbox.create(template=os.environ["SANDBOXD_E2B_TEMPLATE"], timeout=60)
+out = {}
+for ping in (1, 50):  # Keepalive-Ping-Interval: 1 s, then the SDK's own 50 s
+    command.KEEPALIVE_PING_INTERVAL_SEC = ping
+    try:
+        out[str(ping)] = sb.commands.run("sleep 6; echo late").stdout
+    except Exception as e:
+        out[str(ping)] = type(e).__name__
+out["killed"] = sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_keepalives_carry_a_quiet_command_through_the_router(site, e2b_routers,  # noqa: F811
+                                                             e2b_python, tmp_path):
+    """A command quiet for longer than the router's --proxy-timeout lives on the keepalive
+    events sandboxd sends at the SDK's Keepalive-Ping-Interval; without them (the SDK's 50 s
+    here) the router ends the silent stream, which the SDK reports as its error."""
+    d, port = real_envd(site, tmp_path)
+    try:
+        r = e2b_routers(f"--e2b-envd-port={port}", "--proxy-timeout=3s")
+        env = site.env(E2B_API_URL=f"http://127.0.0.1:{r.port}", E2B_API_KEY=KEY,
+                       E2B_DOMAIN=DOMAIN, E2B_SANDBOX_URL=f"http://127.0.0.1:{r.port}",
+                       SANDBOXD_E2B_TEMPLATE="real", SANDBOXD_E2B_ENVD_PORT=str(port))
+        p = subprocess.run([str(e2b_python), "-c", QUIET], env=env, capture_output=True,
+                           text=True, timeout=180)
+        assert p.returncode == 0, p.stderr[-3000:] + d.tail()
+        out = json.loads(p.stdout)
+        assert out["1"] == "late\n", out
+        assert out["50"] == "SandboxUnreachableException" and out["killed"] is True, out
+    finally:
+        assert d.stop() == 0, d.tail()
