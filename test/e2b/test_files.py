@@ -328,6 +328,22 @@ def test_upload_100_mib_multipart(sandbox, tmp):
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()
 
 
+def test_read_of_a_file_without_a_size(sandbox, daemon, tmp):
+    """procfs says its files are empty and makes them as they are read: the download reads to
+    the end (chunked) rather than trust st_size; a really empty file is still empty."""
+    want = Path("/proc/version").read_bytes()
+    assert want
+    assert sandbox.files.read("/proc/version") == want.decode()
+    status, headers, body = daemon.request("GET", "/files?path=/proc/version")
+    assert (status, body) == (200, want)
+    assert headers.get("transfer-encoding") == "chunked" and "content-length" not in headers
+    assert headers["content-disposition"] == "inline; filename=version"
+    (tmp / "empty").write_bytes(b"")
+    assert sandbox.files.read(str(tmp / "empty")) == ""
+    status, headers, body = daemon.request("GET", f"/files?path={tmp}/empty")
+    assert (status, body, headers.get("content-length")) == (200, b"", "0")
+
+
 def test_upload_cut_off_leaves_nothing(daemon, tmp):
     """A client that goes away mid-upload (raw and multipart) leaves no file and no temp file."""
     import socket

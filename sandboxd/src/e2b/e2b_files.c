@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,11 @@
 #include "metrics.h"
 #include "utf8.h"
 
-#define MAX_META      256         /* X-Metadata-* headers (their total size is bounded too) */
-#define MAX_FILES     1000        /* "file" parts in one upload */
-#define INFLATE_BLOCK (64 * 1024) /* what a gzip body is inflated into at a time */
+#define MAX_META      256          /* X-Metadata-* headers (their total size is bounded too) */
+#define MAX_FILES     1000         /* "file" parts in one upload */
+#define INFLATE_BLOCK (64 * 1024)  /* what a gzip body is inflated into at a time */
+#define PSEUDO_BLOCK  (64 * 1024)  /* what a file without a size is read at a time */
+#define PSEUDO_MAX    (1ULL << 30) /* and at most, in all: its download fails past it */
 
 /* One upload's state (hreq.state); the writer and the parser are the request's (r->w, r->mp),
  * released with it. */
@@ -150,6 +153,54 @@ static char *disposition(const char *name)
     return out;
 }
 
+/* A file of procfs, sysfs or a FUSE file system may say it is empty (st_size 0) and hold what
+ * the kernel makes as it is read: sent as its size says, /proc/cpuinfo came back empty. One
+ * byte read tells; such a file goes chunked, read to its end (at positions, as libmicrohttpd
+ * asks), without ETag or ranges. A file that never ends is cut at PSEUDO_MAX: the client sees
+ * a download that failed, not a short file. */
+static ssize_t pseudo_read(void *fd, uint64_t pos, char *buf, size_t max)
+{
+    ssize_t n;
+
+    if (pos >= PSEUDO_MAX)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (max > PSEUDO_MAX - pos)
+        max = (size_t)(PSEUDO_MAX - pos);
+    do
+        n = pread((int)(intptr_t)fd, buf, max, (off_t)pos);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    return n ? n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void pseudo_free(void *fd)
+{
+    close((int)(intptr_t)fd);
+}
+
+static bool sizeless(int fd, const struct stat *st)
+{
+    char b;
+
+    return st->st_size == 0 && pread(fd, &b, 1, 0) == 1;
+}
+
+static enum MHD_Result send_sizeless(struct hctx *c, int fd, const char *disp)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, PSEUDO_BLOCK, pseudo_read, (void *)(intptr_t)fd, pseudo_free);
+
+    if (!resp) {
+        close(fd);
+        return sbx_e2b_respond_plain_error(c, 500, "out of memory");
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(resp, "Content-Disposition", disp ? disp : "inline");
+    MHD_add_response_header(resp, "Vary", "Accept-Encoding");
+    return sbx_http_queue(c, 200, resp);
+}
+
 static enum MHD_Result get_file(struct hctx *c)
 {
     const char *path = sbx_http_arg(c, "path");
@@ -171,6 +222,8 @@ static enum MHD_Result get_file(struct hctx *c)
     if (fd < 0)
         return sbx_e2b_respond_plain_error(c, status_of(fd), err.msg);
     disp = disposition(strrchr(abs, '/') + 1);
+    if (sizeless(fd, &st))
+        return send_sizeless(c, fd, disp);
     return sbx_http_send_file_with(c, fd, &st,
                                    (const char *const[]){"Content-Disposition",
                                                          disp ? disp : "inline", "Vary",
