@@ -113,6 +113,10 @@ build_reference_router
 install_schemathesis
 # The Python SDK's virtualenv (pinned packages from PyPI).
 "$(dirname "$0")/../sdk/python/venv.sh" >/dev/null
+# The E2B JavaScript SDK's tests (test/e2b-js): node and npm where the image lacks them (Debian's
+# nodejs is older than the SDK needs: those tests then skip, saying so), and the pinned SDK.
+command -v node >/dev/null && command -v npm >/dev/null || install_debs nodejs npm
+"$(dirname "$0")/../test/e2b-js/run-tests.sh" --prepare || log "test/e2b-js: the e2b npm package is not installed"
 # The Go SDK's modules, fetched once.
 (cd "$(dirname "$0")/../sdk/go" && GOFLAGS=-buildvcs=false go mod download)
 # kube-apiserver, kube-scheduler, kube-controller-manager, etcd and kwok for the controller's tests,
