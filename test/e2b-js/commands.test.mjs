@@ -130,6 +130,45 @@ test('connect to a running command: output from then on', async () => {
   assert.equal((await h.wait()).stdout, 'seen before\nseen after\n')
 })
 
+test('disconnect leaves the command running; connect again and wait', async () => {
+  const h = await sbx.commands.run('read x; echo got $x', { background: true, stdin: true, timeoutMs: 0 })
+  await h.disconnect()
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid))
+  const h2 = await sbx.commands.connect(h.pid)
+  await sbx.commands.sendStdin(h.pid, 'back\n')
+  const r = await h2.wait()
+  assert.deepEqual([r.stdout, r.exitCode], ['got back\n', 0])
+})
+
+test('connect with timeoutMs: TimeoutError, the command goes on', async () => {
+  const h = await sbx.commands.run('sleep 30', { background: true, timeoutMs: 0 })
+  try {
+    const h2 = await sbx.commands.connect(h.pid, { timeoutMs: 500 })
+    await assert.rejects(h2.wait(), (e) => e instanceof TimeoutError)
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid))
+  } finally {
+    await h.kill()
+  }
+})
+
+test('an aborted run (signal) ends the call, not the command', async () => {
+  const marker = join(scratch, 'aborted-done')
+  const ac = new AbortController()
+  const run = sbx.commands.run(`sleep 1; echo done > ${marker}`, { signal: ac.signal })
+  setTimeout(() => ac.abort(), 200)
+  await assert.rejects(run)
+  await waitUntil(() => existsSync(marker), 10_000, 'the command to finish on its own')
+})
+
+test('sendStdin of more than --max-message-bytes in one call: RateLimitError (resource_exhausted)', async () => {
+  const h = await sbx.commands.run('wc -c', { background: true, stdin: true })
+  // 4 MiB of input is 5.3 MiB of base64 in the JSON message: over the 4 MiB bound.
+  await assert.rejects(h.sendStdin('x'.repeat(4 << 20)), (e) => e instanceof e2b.RateLimitError)
+  for (let i = 0; i < 4; i++) await h.sendStdin('x'.repeat(1 << 20)) // in pieces it goes
+  await h.closeStdin()
+  assert.equal((await h.wait()).stdout.trim(), String(4 << 20))
+})
+
 test('connect to an unknown pid is NotFoundError', async () => {
   await assert.rejects(sbx.commands.connect(UNKNOWN_PID), (e) => e instanceof NotFoundError)
 })
@@ -158,6 +197,32 @@ test('pty: create, resize, sendInput, wait', async () => {
   await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('stty size; exit 7\n'))
   await assert.rejects(pty.wait(), (e) => e instanceof CommandExitError && e.exitCode === 7)
   assert.match(Buffer.concat(out).toString(), /33 101/)
+})
+
+test('pty: cwd, envs, user; connect to it', async () => {
+  const out = []
+  const pty = await sbx.pty.create({
+    cols: 80, rows: 24, cwd: scratch, envs: { ZZ: 'zz' }, timeoutMs: 0, onData: () => {},
+    ...(process.getuid() === 0 ? { user: 'nobody' } : {}),
+  })
+  const again = await sbx.pty.connect(pty.pid, { onData: (d) => out.push(Buffer.from(d)) })
+  assert.equal(again.pid, pty.pid)
+  await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('echo "<$ZZ $(pwd) $(id -un) $TERM>"; exit 0\n'))
+  assert.equal((await again.wait()).exitCode, 0)
+  const user = process.getuid() === 0 ? 'nobody' : (await sbx.commands.run('id -un')).stdout.trim()
+  assert.match(Buffer.concat(out).toString(), new RegExp(`<zz ${scratch} ${user} xterm-256color>`))
+})
+
+test('pty: resize of a command without a terminal is failed_precondition; unknown pids NotFoundError', async () => {
+  const h = await sbx.commands.run('sleep 30', { background: true, timeoutMs: 0 })
+  try {
+    await assert.rejects(sbx.pty.resize(h.pid, { cols: 10, rows: 10 }),
+      (e) => e instanceof e2b.SandboxError && /failed_precondition/.test(e.message))
+  } finally {
+    await h.kill()
+  }
+  await assert.rejects(sbx.pty.resize(UNKNOWN_PID, { cols: 10, rows: 10 }), (e) => e instanceof NotFoundError)
+  await assert.rejects(sbx.pty.sendInput(UNKNOWN_PID, new Uint8Array([65])), (e) => e instanceof NotFoundError)
 })
 
 test('pty: kill', async () => {

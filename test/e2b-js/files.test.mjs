@@ -77,6 +77,26 @@ test('write of binary data: ArrayBuffer, Blob; gzip both ways', async () => {
   assert.equal(await sbx.files.read(p, { gzip: true }), text)
 })
 
+test('write with useOctetStream; read a stream with gzip', async () => {
+  const p = join(tmp, 'oc')
+  await sbx.files.write(p, 'octet', { useOctetStream: true })
+  assert.equal(readFileSync(p, 'utf8'), 'octet')
+  const chunks = []
+  for await (const c of await sbx.files.read(p, { format: 'stream', gzip: true })) chunks.push(Buffer.from(c))
+  assert.equal(Buffer.concat(chunks).toString(), 'octet')
+})
+
+test('uploadUrl and downloadUrl (unsigned: no access token) work with plain fetch', async () => {
+  const p = join(tmp, 'via-url')
+  const form = new FormData()
+  form.append('file', new Blob(['by url']), 'via-url')
+  const up = await fetch(await sbx.uploadUrl(p), { method: 'POST', body: form })
+  assert.equal(up.status, 200)
+  assert.equal(readFileSync(p, 'utf8'), 'by url')
+  const down = await fetch(await sbx.downloadUrl(p))
+  assert.deepEqual([down.status, await down.text()], [200, 'by url'])
+})
+
 test('write of several files in one upload', async () => {
   const infos = await sbx.files.write([
     { path: join(tmp, 'a.txt'), data: 'A' },
@@ -134,6 +154,8 @@ test('errors are the SDK\'s own: FileNotFoundError, InvalidArgumentError', async
   await assert.rejects(sbx.files.read(tmp), invalid) // a directory
   await assert.rejects(sbx.files.makeDir(join(tmp, 'file')), invalid)
   await assert.rejects(sbx.files.watchDir(join(tmp, 'file'), () => {}), invalid)
+  await assert.rejects(sbx.files.write(join(tmp, 'file', 'under'), 'x'), invalid) // a file as a parent
+  await assert.rejects(sbx.files.list(tmp, { depth: 0 }), invalid) // the SDK's own check
 })
 
 test('another user\'s permissions', { skip: process.getuid() !== 0 && 'switching users needs root' }, async () => {
