@@ -249,7 +249,10 @@ test('commands in parallel, each with its own stdin and output', async () => {
     await h.sendStdin(`in ${i}\n`)
     await h.closeStdin()
     const r = await h.wait()
-    assert.deepEqual([r.stdout, r.stderr], [`in ${i}\n`, `end ${i}\n`])
+    assert.equal(r.stdout, `in ${i}\n`)
+    // The end of stderr: bash -l runs the machine's profile, whose tools (pyenv's rehash) may
+    // complain when 16 login shells start at once.
+    assert.ok(r.stderr.endsWith(`end ${i}\n`), r.stderr)
   })
   await Promise.all(runs)
 })
