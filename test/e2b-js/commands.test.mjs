@@ -154,8 +154,9 @@ test('connect with timeoutMs: TimeoutError, the command goes on', async () => {
 test('an aborted run (signal) ends the call, not the command', async () => {
   const marker = join(scratch, 'aborted-done')
   const ac = new AbortController()
-  const run = sbx.commands.run(`sleep 1; echo done > ${marker}`, { signal: ac.signal })
-  setTimeout(() => ac.abort(), 200)
+  // Aborted once it has surely started: at its first output.
+  const run = sbx.commands.run(`echo started; sleep 1; echo done > ${marker}`,
+    { signal: ac.signal, onStdout: () => ac.abort() })
   await assert.rejects(run)
   await waitUntil(() => existsSync(marker), 10_000, 'the command to finish on its own')
 })
