@@ -178,8 +178,6 @@ static void client_gone(void *arg)
 static void ps_done(struct pstream *ps)
 {
     ps->done = true;
-    if (ps->holder) /* the process no longer waits for a client that is gone */
-        sbx_job_unhold(ps->job);
     if (sbx_job_unwatch(ps->job, &ps->w))
         __atomic_sub_fetch(&ps->refs, 1, __ATOMIC_RELAXED); /* the waiter's */
     if (sbx_e2b_call_off_gone(ps->call))
@@ -214,6 +212,7 @@ static int send_chunk(struct pstream *ps, const struct sbx_job_info *ji)
 static void pump(struct pstream *ps)
 {
     struct sbx_job_info ji;
+    bool unhold = false;
     int r;
 
     pthread_mutex_lock(&ps->lock);
@@ -245,7 +244,15 @@ static void pump(struct pstream *ps)
             break; /* waiter_fired() goes on */
         __atomic_sub_fetch(&ps->refs, 1, __ATOMIC_RELAXED);
     }
+    /* Once over, the process no longer waits for this client; let go after the lock, as
+     * the process's output may then be read on this thread and wake other streams. */
+    if (ps->done && ps->holder) {
+        ps->holder = false;
+        unhold = true;
+    }
     pthread_mutex_unlock(&ps->lock);
+    if (unhold)
+        sbx_job_unhold(ps->job);
 }
 
 /* Starts streaming job's events on c: the StartEvent, then output from the given offsets.
