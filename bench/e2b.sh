@@ -50,14 +50,8 @@ T0=$(date +%s)
 log "building (into $OUT)"
 build_sandboxd
 
-# The E2B SDK's virtualenv, made as test/e2b/run-tests.sh makes it (same path, same stamp).
-E2B_VENV=${SANDBOXD_E2B_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/e2b-venv}
-if ! cmp -s "$REPO/test/e2b/requirements.txt" "$E2B_VENV/.requirements" 2>/dev/null; then
-  log "preparing $E2B_VENV"
-  /usr/bin/python3 -m venv "$E2B_VENV"
-  "$E2B_VENV/bin/pip" install -q --disable-pip-version-check -r "$REPO/test/e2b/requirements.txt" >&2
-  cp "$REPO/test/e2b/requirements.txt" "$E2B_VENV/.requirements"
-fi
+# The E2B SDK's virtualenv, the one its tests use.
+E2B_VENV=$("$REPO/test/e2b/venv.sh")
 # Our SDK, installed from this tree into its virtualenv as its tests do.
 log "installing sdk/python"
 SDK_VENV=$("$REPO/sdk/python/install.sh")

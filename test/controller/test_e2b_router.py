@@ -43,17 +43,14 @@ ID_LABEL = "e2b.sandboxd.dev/sandbox-id"
 
 @pytest.fixture(scope="module")
 def e2b_python():
-    venv = Path.home() / ".cache" / "sandboxd" / "e2b-venv"
-    py = venv / "bin" / "python"
-    if not py.exists():
-        subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=120)
+    """The Python of test/e2b's virtualenv: the e2b SDK pinned there (E2B_VERSION)."""
+    p = subprocess.run([str(REPO / "test/e2b/venv.sh")], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, f"test/e2b/venv.sh: {p.stderr[-2000:]}"
+    py = Path(p.stdout.strip()) / "bin" / "python"
     have = subprocess.run([str(py), "-c", "import e2b.api.metadata as m; print(m.package_version)"],
                           capture_output=True, text=True)
-    if have.stdout.strip() != E2B_VERSION:
-        p = subprocess.run([str(py), "-m", "pip", "install", "-q", f"e2b=={E2B_VERSION}"],
-                           capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            pytest.skip(f"e2b=={E2B_VERSION} does not install: {p.stderr[-500:]}")
+    assert have.stdout.strip() == E2B_VERSION, f"test/e2b pins e2b {have.stdout.strip()}"
     return py
 
 
