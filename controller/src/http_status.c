@@ -67,7 +67,8 @@ static void lag_metrics(FILE *f, const char *name, struct sbx_informer *inf)
     sbx_histogram_write(f, "sandboxd_controller_watch_lag_seconds", labels, sbx_informer_lag(inf));
 }
 
-/* What the image lookups cost: registry requests by kind, results, cache hits. */
+/* What the image lookups cost: registry requests by kind, results, cache hits, mirrors that
+ * served a lookup or passed it on. */
 static void image_metrics(FILE *f, struct sbx_registry *r)
 {
     struct sbx_registry_stats st;
@@ -84,10 +85,14 @@ static void image_metrics(FILE *f, struct sbx_registry *r)
             "# TYPE sandboxd_controller_registry_requests_total counter\n"
             "sandboxd_controller_registry_requests_total{kind=\"manifest\"} %llu\n"
             "sandboxd_controller_registry_requests_total{kind=\"config\"} %llu\n"
-            "sandboxd_controller_registry_requests_total{kind=\"token\"} %llu\n",
+            "sandboxd_controller_registry_requests_total{kind=\"token\"} %llu\n"
+            "# TYPE sandboxd_controller_registry_mirror_lookups_total counter\n"
+            "sandboxd_controller_registry_mirror_lookups_total{result=\"hit\"} %llu\n"
+            "sandboxd_controller_registry_mirror_lookups_total{result=\"miss\"} %llu\n",
             (unsigned long long)st.resolved, (unsigned long long)st.failures,
             (unsigned long long)st.hits, (unsigned long long)st.manifests,
-            (unsigned long long)st.configs, (unsigned long long)st.tokens);
+            (unsigned long long)st.configs, (unsigned long long)st.tokens,
+            (unsigned long long)st.mirror_hits, (unsigned long long)st.mirror_misses);
 }
 
 static void ctrl_metrics(FILE *f, struct sbx_ctrl *c)

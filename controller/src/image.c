@@ -1,9 +1,11 @@
 /* The image's own entrypoint for a Sandbox whose main container gives no command: the registry
- * is asked (lookups.c, off the reconcile workers) with the credentials of the pod template's
- * imagePullSecrets and its service account's, for the platform its nodeSelector names. */
+ * (and its mirrors) is asked (lookups.c, off the reconcile workers) with the credentials of the
+ * pod template's imagePullSecrets and its service account's for each of those hosts, for the
+ * platform its nodeSelector names. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cleanup.h"
 #include "controller.h"
@@ -12,7 +14,6 @@
 #include "reconcilers.h"
 
 #define PULL_SECRETS_MAX 16
-#define CREDS_MAX        8
 
 /* Appends the names of list (imagePullSecrets: [{name}]) to names, deduplicated. */
 static void add_names(json_t *list, const char **names, size_t *n)
@@ -55,9 +56,26 @@ static int secret_creds(json_t *obj, const char *host, struct sbx_registry_creds
     return r > 0 ? 1 : 0;
 }
 
+/* The credentials Secret obj holds for each host of eps not named before it, each marked with
+ * its host, appended to creds (*n of them, at most SBX_REGISTRY_CREDS_MAX). */
+static void secret_all_creds(json_t *obj, const struct sbx_registry_endpoint *eps, size_t neps,
+                             struct sbx_registry_creds *creds, size_t *n)
+{
+    for (size_t e = 0; e < neps && *n < SBX_REGISTRY_CREDS_MAX; e++) {
+        bool seen = false;
+        for (size_t j = 0; j < e && !seen; j++)
+            seen = !strcasecmp(eps[j].name, eps[e].name);
+        if (seen || secret_creds(obj, eps[e].name, &creds[*n]) <= 0)
+            continue;
+        snprintf(creds[*n].host, sizeof(creds[*n].host), "%s", eps[e].name);
+        (*n)++;
+    }
+}
+
 /* The credentials that the pull secrets of pod spec (its own, then its service account's) hold
- * for host, in that order; *n of them. */
-static int pull_creds(struct sbx_ctrl *c, json_t *spec, const char *ns, const char *host,
+ * for the hosts of eps (the image's mirrors and registry), in that order; *n of them. */
+static int pull_creds(struct sbx_ctrl *c, json_t *spec, const char *ns,
+                      const struct sbx_registry_endpoint *eps, size_t neps,
                       struct sbx_registry_creds *creds, size_t *n, struct sbx_error *err)
 {
     const char *names[PULL_SECRETS_MAX], *sa;
@@ -75,13 +93,13 @@ static int pull_creds(struct sbx_ctrl *c, json_t *spec, const char *ns, const ch
         return r;
     add_names(json_object_get(account, "imagePullSecrets"), names, &nnames);
     *n = 0;
-    for (size_t i = 0; i < nnames && *n < CREDS_MAX; i++) {
+    for (size_t i = 0; i < nnames && *n < SBX_REGISTRY_CREDS_MAX; i++) {
         json_auto_t *secret = NULL;
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets/%s", ns, names[i]);
         if ((r = sbx_api_get(c->kube, path, &secret, err)) < 0)
             return r;
-        if (secret && secret_creds(secret, host, &creds[*n]) > 0)
-            (*n)++;
+        if (secret)
+            secret_all_creds(secret, eps, neps, creds, n);
     }
     return 0;
 }
@@ -105,9 +123,10 @@ int sbx_sandbox_image(struct sbx_ctrl *c, json_t *whole, const char *ns, json_t 
     const char *image = sbx_pod_image_to_resolve(whole), *os, *arch;
     json_t *spec =
         json_object_get(json_object_get(json_object_get(whole, "spec"), "podTemplate"), "spec");
-    struct sbx_registry_creds creds[CREDS_MAX];
+    struct sbx_registry_creds creds[SBX_REGISTRY_CREDS_MAX];
+    struct sbx_registry_endpoint eps[SBX_MIRRORS_MAX + 1];
     struct sbx_image_ref ref;
-    size_t ncreds = 0;
+    size_t ncreds = 0, neps;
     uint64_t retry_ms = 0;
     char qkey[700];
     int r;
@@ -120,7 +139,8 @@ int sbx_sandbox_image(struct sbx_ctrl *c, json_t *whole, const char *ns, json_t 
     if (!sbx_queue_key(qkey, sizeof(qkey), "sandbox", ns, sbx_meta_str(whole, "name")))
         return sbx_error_set(err, EINVAL, "name too long");
     platform(spec, &os, &arch);
-    if ((r = pull_creds(c, spec, ns, ref.registry, creds, &ncreds, err)) < 0) {
+    neps = sbx_registry_endpoints(c->registry, &ref, eps, SBX_ARRAY_SIZE(eps));
+    if ((r = pull_creds(c, spec, ns, eps, neps, creds, &ncreds, err)) < 0) {
         explicit_bzero(creds, sizeof(creds));
         return r == -EACCES ? sbx_error_wrap(err, "pull secrets") : r;
     }

@@ -11,6 +11,12 @@ static bool is_lower_alnum(char c)
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 
+bool sbx_image_is_hub(const char *host)
+{
+    return !strcmp(host, SBX_DOCKER_HUB) || !strcmp(host, "index.docker.io") ||
+           !strcmp(host, "registry-1.docker.io");
+}
+
 bool sbx_digest_valid(const char *s)
 {
     size_t want, n = 0;
@@ -54,7 +60,7 @@ static bool component_valid(const char *s, size_t n)
     return true;
 }
 
-static bool path_valid(const char *s)
+bool sbx_image_path_valid(const char *s)
 {
     const char *p = s;
 
@@ -70,7 +76,7 @@ static bool path_valid(const char *s)
 }
 
 /* host[:port], or [v6]:port: letters, digits, "-" and "." in the name, digits in the port. */
-static bool host_valid(const char *s)
+bool sbx_image_host_valid(const char *s)
 {
     const char *colon;
 
@@ -135,11 +141,9 @@ static int split_name(const char *name, struct sbx_image_ref *ret, struct sbx_er
         memcpy(ret->registry, name, (size_t)(slash - name));
         ret->registry[slash - name] = '\0';
         path = slash + 1;
-        if (!host_valid(ret->registry))
+        if (!sbx_image_host_valid(ret->registry))
             return sbx_error_set(err, EINVAL, "bad registry host \"%.100s\"", ret->registry);
-        /* Docker Hub's other names. */
-        if (!strcmp(ret->registry, "index.docker.io") ||
-            !strcmp(ret->registry, "registry-1.docker.io")) {
+        if (sbx_image_is_hub(ret->registry)) {               /* Docker Hub's other names */
             memset(ret->registry, 0, sizeof(ret->registry)); /* copies compare whole */
             strcpy(ret->registry, SBX_DOCKER_HUB);
         }
@@ -150,7 +154,7 @@ static int split_name(const char *name, struct sbx_image_ref *ret, struct sbx_er
     n = snprintf(ret->repository, sizeof(ret->repository), "%s%s", library ? "library/" : "", path);
     if (n < 0 || (size_t)n >= sizeof(ret->repository))
         return sbx_error_set(err, EINVAL, "repository name too long");
-    if (!path_valid(path))
+    if (!sbx_image_path_valid(path))
         return sbx_error_set(err, EINVAL,
                              "bad repository \"%.100s\" (lower-case letters, digits and "
                              "separators)",

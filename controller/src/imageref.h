@@ -27,5 +27,16 @@ const char *sbx_image_ref_endpoint(const struct sbx_image_ref *ref);
 /* What the manifest is asked for by: the digest when there is one, else the tag. */
 const char *sbx_image_ref_reference(const struct sbx_image_ref *ref);
 
+/* True when s is host[:port] or [v6]:port: letters, digits, "-" and "." in the name. */
+bool sbx_image_host_valid(const char *s);
+
+/* True when s is a repository path: "/"-separated components of lower-case letters and digits
+ * joined by ".", "_", "__" or runs of "-". */
+bool sbx_image_path_valid(const char *s);
+
+/* True when host is one of Docker Hub's names: "docker.io", "index.docker.io",
+ * "registry-1.docker.io". */
+bool sbx_image_is_hub(const char *host);
+
 /* True when s is "sha256:" and 64 lower-case hex digits, or "sha512:" and 128. */
 bool sbx_digest_valid(const char *s);

@@ -12,7 +12,6 @@
 
 #define RETRY_BASE_MS  1000ull
 #define RETRY_MAX_MS   (5 * 60 * 1000ull)
-#define CREDS_MAX      8
 #define WAITERS_MAX    1024
 #define RESULT_KEEP_NS (10 * 1000000000ull) /* a result waits this long for its waiters */
 
@@ -22,7 +21,7 @@ struct job {
     char key[800];
     struct sbx_image_ref ref;
     char os[32], arch[48];
-    struct sbx_registry_creds creds[CREDS_MAX];
+    struct sbx_registry_creds creds[SBX_REGISTRY_CREDS_MAX];
     size_t ncreds;
 };
 
@@ -143,7 +142,7 @@ static int submit(struct sbx_lookups *l, const struct sbx_registry_query *q, con
     j->ref = *q->ref;
     snprintf(j->os, sizeof(j->os), "%s", q->os);
     snprintf(j->arch, sizeof(j->arch), "%s", q->arch);
-    j->ncreds = q->ncreds < CREDS_MAX ? q->ncreds : CREDS_MAX;
+    j->ncreds = q->ncreds < SBX_REGISTRY_CREDS_MAX ? q->ncreds : SBX_REGISTRY_CREDS_MAX;
     memcpy(j->creds, q->creds, j->ncreds * sizeof(*j->creds));
     json_object_set_new(st, "running", json_true());
     *l->tail = j;

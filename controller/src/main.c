@@ -54,6 +54,7 @@ static uint64_t arg_write_behind_ms = 0;
 static uint64_t arg_replenish_delay_ms = 0;
 static bool arg_image_lookup = true;
 static const char *arg_insecure_registries;
+static const char *arg_registry_mirrors;
 static const char *arg_registry_ca_file;
 static uint64_t arg_registry_timeout_ms = 10000;
 static uint64_t arg_image_cache_ttl_ms = 60000;
@@ -148,6 +149,12 @@ static const struct sbx_flag options[] = {
      "not Ready until then (true)"},
     {"insecure-registries", sbx_flag_string, &arg_insecure_registries,
      "comma-separated registry hosts (host[:port]) looked up over plain HTTP (none)"},
+    {"registry-mirror", sbx_flag_string, &arg_registry_mirrors,
+     "comma-separated REGISTRY=MIRROR, MIRROR being host[:port][/path-prefix]: an image of "
+     "REGISTRY (docker.io for a name without a host) is looked up at its mirrors in the order "
+     "given, repository R as <path-prefix>/R, then at REGISTRY itself when every mirror failed "
+     "(lacks it, unreachable, refused); credentials from pull secrets for the mirror's host; "
+     "e.g. docker.io=harbor.example/dockerhub (none)"},
     {"registry-ca-file", sbx_flag_string, &arg_registry_ca_file,
      "CA bundle for registries' HTTPS (the system's)"},
     {"registry-timeout", sbx_flag_duration, &arg_registry_timeout_ms,
@@ -170,14 +177,22 @@ static const struct sbx_flags flags = {
     .synopsis = "usage: sandboxd-controller [flags]\n",
 };
 
+/* --registry-mirror, parsed (the registry client copies it). */
+static struct sbx_mirrors registry_mirrors;
+
 /* Returns 0 to run, 1 to exit successfully (--version, --help), -1 on bad usage. */
 static int parse_args(int argc, char **argv)
 {
+    struct sbx_error err = {0};
     bool dashdash;
     int rest, r = sbx_flags_parse(&flags, argc, argv, &rest, &dashdash);
 
     if (r == 0 && rest < argc) {
         fprintf(stderr, "sandboxd-controller: unexpected argument \"%s\"\n", argv[rest]);
+        return -1;
+    }
+    if (r == 0 && sbx_mirrors_parse(arg_registry_mirrors, &registry_mirrors, &err) < 0) {
+        fprintf(stderr, "sandboxd-controller: --registry-mirror: %s\n", err.msg);
         return -1;
     }
     return r;
@@ -297,6 +312,7 @@ int main(int argc, char **argv)
                      .cache_max = (size_t)arg_image_cache_size,
                      .insecure = arg_insecure_registries,
                      .ca_file = arg_registry_ca_file,
+                     .mirrors = &registry_mirrors,
                      .user_agent = "sandboxd-controller/" SANDBOXD_VERSION},
         .lookup_threads = (int)arg_image_lookup_threads,
         .inject = {.image = arg_sandboxd_image,

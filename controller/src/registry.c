@@ -6,16 +6,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bucket.h"
 #include "cleanup.h"
 #include "manifest.h"
 #include "registry_http.h"
 
+#define MISSED_MAX 120 /* bytes of a failed lookup's message that mirrors' failures may take */
+
 struct sbx_registry {
     struct sbx_registry_opts opts;
     char *insecure; /* ",host1,host2," */
     char *ca_file, *user_agent;
+    struct sbx_mirrors *mirrors; /* NULL: none */
     atomic_bool cancel;
     pthread_mutex_t mu;
     pthread_cond_t fetched; /* a config fetch ended */
@@ -42,8 +46,11 @@ int sbx_registry_new(const struct sbx_registry_opts *opts, struct sbx_registry *
         r->insecure = NULL;
     r->ca_file = opts->ca_file ? strdup(opts->ca_file) : NULL;
     r->user_agent = strdup(opts->user_agent ? opts->user_agent : "sandboxd");
+    if (opts->mirrors && opts->mirrors->n && (r->mirrors = malloc(sizeof(*r->mirrors))))
+        *r->mirrors = *opts->mirrors;
+    r->opts.mirrors = NULL; /* ours is r->mirrors */
     if (!r->configs || !r->refs || !r->fetching || !r->insecure || !r->user_agent ||
-        (opts->ca_file && !r->ca_file)) {
+        (opts->ca_file && !r->ca_file) || (opts->mirrors && opts->mirrors->n && !r->mirrors)) {
         sbx_registry_free(r);
         return sbx_error_set(err, ENOMEM, "registry client");
     }
@@ -64,6 +71,7 @@ void sbx_registry_free(struct sbx_registry *r)
     free(r->insecure);
     free(r->ca_file);
     free(r->user_agent);
+    free(r->mirrors);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -80,14 +88,21 @@ void sbx_registry_stats(struct sbx_registry *r, struct sbx_registry_stats *ret)
     pthread_mutex_unlock(&r->mu);
 }
 
+size_t sbx_registry_endpoints(struct sbx_registry *r, const struct sbx_image_ref *ref,
+                              struct sbx_registry_endpoint *out, size_t max)
+{
+    return sbx_mirrors_endpoints(r->mirrors, ref, out, max);
+}
+
 /* FNV-1a over the credentials: the cache key's part that keeps a result with its callers. */
 static uint64_t creds_id(const struct sbx_registry_query *q)
 {
     uint64_t h = 14695981039346656037ull;
 
     for (size_t i = 0; i < q->ncreds; i++)
-        for (int f = 0; f < 2; f++) {
-            const char *s = f ? q->creds[i].pass : q->creds[i].user;
+        for (int f = 0; f < 3; f++) {
+            const struct sbx_registry_creds *c = &q->creds[i];
+            const char *s = f == 2 ? c->host : f ? c->pass : c->user;
             for (size_t j = 0; j <= strlen(s); j++) {
                 h ^= (unsigned char)s[j];
                 h *= 1099511628211ull;
@@ -169,19 +184,16 @@ static void remember(struct sbx_registry *r, const struct sbx_registry_query *q,
     pthread_mutex_unlock(&r->mu);
 }
 
-/* A status other than 200 as an error of the image. */
-static int status_error(const struct sbx_registry_query *q, const char *what, long status,
+/* A status other than 200 of the session's host as an error of the image. */
+static int status_error(const struct sbx_reg_session *s, const char *what, long status,
                         struct sbx_error *err)
 {
-    const struct sbx_image_ref *ref = q->ref;
-
     if (status == 404)
         return sbx_error_set(err, ENOENT, "%s not found (HTTP 404)", what);
     if (status == 403)
-        return sbx_error_set(err, EACCES, "registry \"%s\": access denied (HTTP 403)",
-                             ref->registry);
-    return sbx_error_set(err, EPROTO, "registry \"%s\": %s of \"%s\" answered HTTP %ld",
-                         ref->registry, what, ref->repository, status);
+        return sbx_error_set(err, EACCES, "registry \"%s\": access denied (HTTP 403)", s->host);
+    return sbx_error_set(err, EPROTO, "registry \"%s\": %s of \"%s\" answered HTTP %ld", s->host,
+                         what, s->repo, status);
 }
 
 /* GET of a manifest by reference (tag or digest), checked against the digest when it is one,
@@ -194,14 +206,14 @@ static int get_manifest(struct sbx_registry *r, struct sbx_reg_session *s,
     char path[800];
     int rc;
 
-    snprintf(path, sizeof(path), "/v2/%s/manifests/%s", q->ref->repository, reference);
+    snprintf(path, sizeof(path), "/v2/%s/manifests/%s", s->repo, reference);
     pthread_mutex_lock(&r->mu);
     r->stats.manifests++;
     pthread_mutex_unlock(&r->mu);
     if ((rc = sbx_reg_get(s, path, SBX_MANIFEST_ACCEPT, r->opts.manifest_max, &resp, err)) < 0)
         return rc;
     if (resp.status != 200)
-        rc = status_error(q, "manifest", resp.status, err);
+        rc = status_error(s, "manifest", resp.status, err);
     else if (!strncmp(reference, "sha", 3))
         rc = sbx_digest_check(reference, resp.body, resp.len, err);
     if (rc >= 0)
@@ -210,22 +222,21 @@ static int get_manifest(struct sbx_registry *r, struct sbx_reg_session *s,
     return rc;
 }
 
-static int get_config(struct sbx_registry *r, struct sbx_reg_session *s,
-                      const struct sbx_registry_query *q, const char *digest, json_t **ret,
-                      struct sbx_error *err)
+static int get_config(struct sbx_registry *r, struct sbx_reg_session *s, const char *digest,
+                      json_t **ret, struct sbx_error *err)
 {
     struct sbx_reg_response resp = {0};
     char path[800];
     int rc;
 
-    snprintf(path, sizeof(path), "/v2/%s/blobs/%s", q->ref->repository, digest);
+    snprintf(path, sizeof(path), "/v2/%s/blobs/%s", s->repo, digest);
     pthread_mutex_lock(&r->mu);
     r->stats.configs++;
     pthread_mutex_unlock(&r->mu);
     if ((rc = sbx_reg_get(s, path, NULL, r->opts.config_max, &resp, err)) < 0)
         return rc;
     if (resp.status != 200)
-        rc = status_error(q, "config", resp.status, err);
+        rc = status_error(s, "config", resp.status, err);
     else if ((rc = sbx_digest_check(digest, resp.body, resp.len, err)) >= 0)
         rc = sbx_image_config_decode(resp.body, resp.len, ret, err);
     sbx_reg_response_release(&resp);
@@ -235,9 +246,8 @@ static int get_config(struct sbx_registry *r, struct sbx_reg_session *s,
 /* The config of digest, from the cache, else fetched: one fetch of a digest at a time, which
  * lookups of other references to the same image wait for (it is bounded by the timeout), then
  * cached. */
-static int config_of(struct sbx_registry *r, struct sbx_reg_session *s,
-                     const struct sbx_registry_query *q, const char *digest, json_t **ret,
-                     struct sbx_error *err)
+static int config_of(struct sbx_registry *r, struct sbx_reg_session *s, const char *digest,
+                     json_t **ret, struct sbx_error *err)
 {
     json_auto_t *result = NULL;
     int rc;
@@ -256,7 +266,7 @@ static int config_of(struct sbx_registry *r, struct sbx_reg_session *s,
     }
     json_object_set_new(r->fetching, digest, json_true());
     pthread_mutex_unlock(&r->mu);
-    rc = get_config(r, s, q, digest, &result, err);
+    rc = get_config(r, s, digest, &result, err);
     if (rc >= 0 && json_object_set_new(result, "digest", json_string(digest)) < 0)
         rc = sbx_error_set(err, ENOMEM, "image config");
     pthread_mutex_lock(&r->mu);
@@ -273,57 +283,113 @@ static int config_of(struct sbx_registry *r, struct sbx_reg_session *s,
     return rc;
 }
 
-static void session_init(struct sbx_registry *r, const struct sbx_registry_query *q,
+/* A session with endpoint ep, answering challenges with mine, the credentials given for it. */
+static void session_init(struct sbx_registry *r, const struct sbx_registry_endpoint *ep,
+                         const struct sbx_registry_creds *mine, size_t nmine,
                          struct sbx_reg_session *s)
 {
-    const char *host = sbx_image_ref_endpoint(q->ref);
     char probe[300];
 
-    snprintf(probe, sizeof(probe), ",%s,", host);
+    snprintf(probe, sizeof(probe), ",%.255s,", ep->host);
     *s = (struct sbx_reg_session){.h = curl_easy_init(),
-                                  .host = q->ref->registry,
-                                  .repo = q->ref->repository,
-                                  .creds = q->creds,
-                                  .ncreds = q->ncreds,
+                                  .host = ep->name,
+                                  .repo = ep->repository,
+                                  .creds = mine,
+                                  .ncreds = nmine,
                                   .timeout_ms = r->opts.timeout_ms,
                                   .ca_file = r->ca_file,
                                   .user_agent = r->user_agent,
                                   .cancel = &r->cancel};
-    snprintf(s->base, sizeof(s->base), "%s://%s", strstr(r->insecure, probe) ? "http" : "https",
-             host);
+    snprintf(s->base, sizeof(s->base), "%s://%.255s", strstr(r->insecure, probe) ? "http" : "https",
+             ep->host);
 }
 
-/* From the registry: the manifest (through the index), then the config unless cached. */
-static int fetch(struct sbx_registry *r, const struct sbx_registry_query *q, const char *key,
-                 json_t **ret, struct sbx_error *err)
+/* The credentials of q for endpoint ep into mine: those given for its host ("" is the image's
+ * registry's). Returns how many. */
+static size_t creds_for(const struct sbx_registry_query *q, const struct sbx_registry_endpoint *ep,
+                        struct sbx_registry_creds *mine, size_t max)
 {
+    size_t n = 0;
+
+    for (size_t i = 0; i < q->ncreds && n < max; i++) {
+        const char *host = q->creds[i].host;
+        if (host[0] ? !strcasecmp(host, ep->name) : !ep->mirror)
+            mine[n++] = q->creds[i];
+    }
+    return n;
+}
+
+/* From endpoint ep: the manifest (through the index), then the config unless cached; *digest
+ * the config's. */
+static int fetch_at(struct sbx_registry *r, const struct sbx_registry_query *q,
+                    const struct sbx_registry_endpoint *ep, char digest[static 160], json_t **ret,
+                    struct sbx_error *err)
+{
+    struct sbx_registry_creds mine[SBX_REGISTRY_CREDS_MAX];
     struct sbx_reg_session s;
     struct sbx_manifest_next next;
-    json_auto_t *result = NULL;
     int rc;
 
-    session_init(r, q, &s);
-    if (!s.h)
-        return sbx_error_set(err, ENOMEM, "curl");
+    session_init(r, ep, mine, creds_for(q, ep, mine, SBX_ARRAY_SIZE(mine)), &s);
+    if (!s.h) {
+        rc = sbx_error_set(err, ENOMEM, "curl");
+        goto out;
+    }
     rc = get_manifest(r, &s, q, sbx_image_ref_reference(q->ref), &next, err);
     if (rc >= 0 && next.is_index) {
-        char digest[sizeof(next.digest)];
-        snprintf(digest, sizeof(digest), "%s", next.digest);
+        snprintf(digest, 160, "%s", next.digest);
         rc = get_manifest(r, &s, q, digest, &next, err);
         if (rc >= 0 && next.is_index)
             rc = sbx_error_set(err, ENOTSUP, "an index within an index");
     }
     if (rc >= 0)
-        rc = config_of(r, &s, q, next.digest, &result, err);
+        rc = config_of(r, &s, next.digest, ret, err);
+    if (rc >= 0)
+        snprintf(digest, 160, "%s", next.digest);
     pthread_mutex_lock(&r->mu);
     r->stats.tokens += s.tokens;
     pthread_mutex_unlock(&r->mu);
+out:
     sbx_reg_session_release(&s);
-    if (rc < 0)
-        return rc;
-    remember(r, q, key, next.digest);
-    *ret = TAKE_PTR(result);
-    return 0;
+    explicit_bzero(mine, sizeof(mine));
+    return rc;
+}
+
+/* Asks each endpoint of q's image in turn until one answers; a failure passes to the next but
+ * at the last (the registry itself), whose error is returned, each mirror's named before it. */
+static int fetch(struct sbx_registry *r, const struct sbx_registry_query *q, const char *key,
+                 json_t **ret, struct sbx_error *err)
+{
+    struct sbx_registry_endpoint eps[SBX_MIRRORS_MAX + 1];
+    size_t n = sbx_mirrors_endpoints(r->mirrors, q->ref, eps, SBX_ARRAY_SIZE(eps));
+    char digest[160], missed[sizeof(err->msg)] = "";
+    int rc = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        rc = fetch_at(r, q, &eps[i], digest, ret, err);
+        if (rc >= 0) {
+            pthread_mutex_lock(&r->mu);
+            r->stats.mirror_hits += eps[i].mirror;
+            pthread_mutex_unlock(&r->mu);
+            remember(r, q, key, digest);
+            return 0;
+        }
+        if (rc == -ECANCELED || !eps[i].mirror)
+            break;
+        pthread_mutex_lock(&r->mu);
+        r->stats.mirror_misses++;
+        pthread_mutex_unlock(&r->mu);
+        size_t len = strlen(missed);
+        if (len < MISSED_MAX) /* the registry's own failure keeps room after the mirrors' */
+            snprintf(missed + len, sizeof(missed) - len, "mirror \"%.60s/%.60s\": %.80s; ",
+                     eps[i].host, eps[i].repository, err->msg);
+    }
+    if (rc < 0 && missed[0] && rc != -ECANCELED) {
+        char last[sizeof(err->msg)];
+        snprintf(last, sizeof(last), "%s", err->msg);
+        sbx_error_set(err, -rc, "%s%s", missed, last);
+    }
+    return rc;
 }
 
 int sbx_registry_resolve(struct sbx_registry *r, const struct sbx_registry_query *q, json_t **ret,

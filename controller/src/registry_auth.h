@@ -28,6 +28,8 @@ int sbx_challenge_parse(const char *header, struct sbx_challenge *ret, struct sb
 struct sbx_registry_creds {
     char user[256]; /* "" for anonymous */
     char pass[1024];
+    char host[256]; /* the registry host they are for (a mirror's, or "" for the image's own);
+                       sbx_dockercfg_find leaves it "" */
 };
 
 /* The credentials that the Docker config cfg (a parsed .dockerconfigjson, {"auths": {...}}, or

@@ -2,7 +2,8 @@
 image would, looked up by the controller in real registries on loopback (oci.py): anonymous
 and Bearer-token pulls, Basic auth, pull secrets of the pod and of its service account, an
 index narrowed to the pod's architecture, configs cached by digest; a lookup that fails (the
-registry down, no credentials) says so in the Ready condition and is retried."""
+registry down, no credentials) says so in the Ready condition and is retried; registry mirrors
+(--registry-mirror) asked before the image's registry."""
 
 import pytest
 
@@ -20,12 +21,15 @@ def registries(tmp_path_factory):
     tokens = oci.TokenServer(d)
     bearer = oci.Registry(d, "bearer", auth=tokens).start()
     basic = oci.Registry(d, "basic", auth="basic").start()
+    mirror = oci.Registry(d, "mirror").start()
     crane = oci.Crane(d)
     try:
-        yield {"bearer": bearer, "basic": basic, "tokens": tokens, "crane": crane, "dir": d}
+        yield {"bearer": bearer, "basic": basic, "mirror": mirror, "tokens": tokens,
+               "crane": crane, "dir": d}
     finally:
         bearer.stop()
         basic.stop()
+        mirror.stop()
         tokens.stop()
 
 
@@ -195,6 +199,62 @@ def test_registry_down(cluster, namespace, start_controller, registries):
     finally:
         down.stop()
     assert ctl.alive()
+
+
+def test_registry_mirrors(cluster, namespace, start_controller, registries):
+    """--registry-mirror: a registry's mirror is asked first, under its path prefix; an origin
+    that cannot be reached is not needed while the mirror has the image; a mirror that lacks it
+    passes the lookup to the origin; a mirror without a prefix, behind Basic auth, is let in
+    with a pull secret for the mirror's host (none for the origin's), and without it the
+    condition names the mirror's failure and then the origin's."""
+    d, crane, ns = registries["dir"], registries["crane"], namespace
+    origin, mirror, basic = registries["bearer"], registries["mirror"], registries["basic"]
+    down = oci.Registry(d, f"down-{ns}")  # never started: nothing answers there
+    down2 = oci.Registry(d, f"down2-{ns}")
+    # Only at the mirror, under the prefix that stands for the unreachable origin.
+    crane.image(f"{mirror.host}/cache/down/team/app-{ns}:v1", entrypoint=["/bin/from-mirror"],
+                cmd=["m"])
+    # At the origin and, the same manifest, at its mirror.
+    both = push(origin, crane, f"pub/both-{ns}:v1", entrypoint=["/bin/both"], cmd=["b"])
+    crane("copy", "--insecure", f"{origin.push_host}/pub/both-{ns}:v1",
+          f"{mirror.host}/cache/origin/pub/both-{ns}:v1")
+    # At the origin only.
+    only = push(origin, crane, f"pub/origin-only-{ns}:v1", entrypoint=["/bin/origin"], cmd=["o"])
+    # At a mirror that asks for credentials, without a prefix.
+    crane.image(f"{basic.push_host}/private/app-{ns}:v1", entrypoint=["/bin/private-mirror"])
+    mirrors = [f"{down.host}={mirror.host}/cache/down", f"{origin.host}={mirror.host}/cache/origin/",
+               f"{down2.host}={basic.host}"]
+    ctl = start_controller("--image-entrypoint-lookup=true",
+                           f"--insecure-registries={mirror.host},{origin.host},{basic.host}",
+                           f"--registry-mirror={','.join(mirrors)}")
+    k = cluster.admin
+    k.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull", "namespace": ns},
+              "type": "kubernetes.io/dockerconfigjson",
+              "data": oci.dockerconfigjson(basic.host, oci.READER)})
+    run_sandbox(k, ns, "mirrored", f"{down.host}/team/app-{ns}:v1")
+    run_sandbox(k, ns, "both", both)
+    run_sandbox(k, ns, "fallback", only, args=["--given"])
+    private = f"{down2.host}/private/app-{ns}:v1"
+    run_sandbox(k, ns, "private", private, imagePullSecrets=[{"name": "pull"}])
+    run_sandbox(k, ns, "nosecret", private)
+    for name in ("mirrored", "both", "fallback", "private"):
+        wait_ready(k, ns, name, "True")
+    assert after_dashdash(k, ns, "mirrored") == ["/bin/from-mirror", "m"]
+    assert after_dashdash(k, ns, "both") == ["/bin/both", "b"]
+    assert after_dashdash(k, ns, "fallback") == ["/bin/origin", "--given"]
+    assert after_dashdash(k, ns, "private") == ["/bin/private-mirror"]
+    # The origin was asked for the image its mirror lacks, never for the one its mirror has.
+    assert origin.gets(f"^/v2/pub/both-{ns}/") == [], origin.gets(f"/v2/pub/both-{ns}/")
+    assert len(origin.gets(f"^/v2/pub/origin-only-{ns}/manifests/v1$")) == 1
+    c = wait_ready(k, ns, "nosecret", "False", "EntrypointUnresolved")
+    msg = c["message"]
+    assert f'mirror "{basic.host}/private/app-{ns}"' in msg and "unauthorized" in msg, msg
+    assert f'registry "{down2.host}"' in msg, msg
+    assert msg.index("mirror") < msg.index(f'registry "{down2.host}"'), msg
+    assert k.find("v1", "Pod", ns, "nosecret") is None
+    m = ctl.metrics()
+    assert m['sandboxd_controller_registry_mirror_lookups_total{result="hit"}'] == 3, m
+    assert m['sandboxd_controller_registry_mirror_lookups_total{result="miss"}'] >= 2, m
 
 
 def condition_ready(k, ns, name):
