@@ -7,13 +7,23 @@ PersistentVolumes it needs. Each Sandbox and SandboxClaim must become Ready, eac
 its replicas Ready, and every claim of theirs must be Bound; the few that cannot are listed below
 with the reason, and the test fails if one of those starts to work (so the list stays true).
 
+The controller looks up the entrypoint of a main container that gives no command, as it does in a
+cluster. The examples' images (docker.io, ghcr.io, ...) are out of reach from here, so it runs
+with a registry mirror (--registry-mirror) for every registry host the examples name, all
+pointing at one `distribution` registry on loopback under a path prefix per host (oci.py), and
+the test pushes there a stand-in for each image those containers name: an image of the same
+name with an entrypoint and cmd of its own. What is shown is the mechanism (each such Pod runs
+sandboxd, then "--", then its image's entrypoint and the container's args or else the image's
+cmd, looked up by the reference's name through the mirror), not what the real images run.
+
 The CRDs come from the fixture `example_crds` (here: the ones `controller/config` installs, which
 the session's control plane applied). A suite that installs them another way (the Helm chart)
 reuses this test with its own install step: its module imports `test_reference_examples` and
-defines a fixture `example_crds` that installs the CRDs and returns the names installed.
+`examples_mirror` and defines a fixture `example_crds` that installs the CRDs and returns the
+names installed.
 
-A summary table (one line per object: kind, name, outcome, and whether the main container keeps
-the image's entrypoint) is printed; run with `-s` to see it."""
+A summary table (one line per object: kind, name, outcome, and how the main container's program
+reaches the Pod) is printed; run with `-s` to see it."""
 
 import json
 import os
@@ -26,6 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import oci
 from conftest import REPO, TOOLS, Controller, wait_until
 from kube import ApiError
 
@@ -35,6 +46,7 @@ KINDS = ("SandboxTemplate", "SandboxWarmPool", "Sandbox", "SandboxClaim")  # ord
 NEEDED = ("PersistentVolumeClaim",)
 CORE, EXT = "agents.x-k8s.io", "extensions.agents.x-k8s.io"
 WAIT = 90
+SANDBOXD = "/.sandboxd/sandboxd"  # where the injected init container puts sandboxd
 
 # What does not become Ready here, by (example path, kind, name): the outcome it must show
 # instead, and why. The test fails when one of them does become Ready (or shows something else):
@@ -75,6 +87,76 @@ def example_crds(cluster):
     controller/config already. Returns the names of the installed CRDs."""
     crds = cluster.admin.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
     return {c["metadata"]["name"] for c in crds}
+
+
+def image_ref(image):
+    """(registry, repository, tag, digest) of an image reference as the runtimes (and the
+    controller's imageref.c) read it: docker.io without a host, library/ for a one-part name
+    there, latest without tag or digest."""
+    name, _, digest = image.partition("@")
+    tag = ""
+    if name.rfind(":") > name.rfind("/"):
+        name, _, tag = name.rpartition(":")
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
+        host, path = first, rest
+    else:
+        host, path = "docker.io", name
+    if host in ("index.docker.io", "registry-1.docker.io"):
+        host = "docker.io"
+    if host == "docker.io" and "/" not in path:
+        path = f"library/{path}"
+    return host, path, tag or ("" if digest else "latest"), digest
+
+
+class Mirror:
+    """One registry on loopback standing in for every registry host the examples name: host h's
+    repository r is <h's prefix>/r there (a prefix per host: repositories of different hosts
+    never meet). Holds a stand-in image for each reference given to seed()."""
+
+    def __init__(self, d):
+        self.reg = oci.Registry(d, "examples-mirror").start()
+        self.crane = oci.Crane(d)
+        self.hosts, self.images = set(), {}
+
+    @staticmethod
+    def prefix(host):
+        return re.sub(r"[^a-z0-9.-]+", "-", host.lower()).strip(".-")
+
+    def at_mirror(self, image):
+        host, path, tag, digest = image_ref(image)
+        assert not digest, f"{image}: a stand-in cannot have the digest of the real image"
+        return f"{self.reg.host}/{self.prefix(host)}/{path}:{tag}"
+
+    def seed(self, image):
+        """Pushes a stand-in for image (once) with an entrypoint and cmd of its own; returns
+        them."""
+        if image not in self.images:
+            n = len(self.images)
+            want = ([f"/stand-in/{n}/entrypoint", "--for", image], [f"cmd-{n}"])
+            self.crane.image(self.at_mirror(image), entrypoint=want[0], cmd=want[1])
+            self.images[image] = want
+        return self.images[image]
+
+    def flags(self):
+        mirrors = ",".join(f"{h}={self.reg.host}/{self.prefix(h)}" for h in sorted(self.hosts))
+        return ["--image-entrypoint-lookup=true", f"--insecure-registries={self.reg.host}",
+                f"--registry-mirror={mirrors}"]
+
+    def stop(self):
+        self.reg.stop()
+
+
+@pytest.fixture(scope="module")
+def examples_mirror(tmp_path_factory):
+    missing = oci.missing_tools()
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not found in {oci.TOOLS}: run scripts/k8s-tools.sh")
+    m = Mirror(tmp_path_factory.mktemp("examples-mirror"))
+    try:
+        yield m
+    finally:
+        m.stop()
 
 
 def kubectl():
@@ -145,6 +227,27 @@ def pod_spec_of(obj):
     return ((spec.get("podTemplate") or {}).get("spec")) or {}
 
 
+def main_container(obj):
+    return (pod_spec_of(obj).get("containers") or [{}])[0]
+
+
+def fill_image(image):
+    """An image left to the user, as they would fill it in: none ("image: #
+    REPLACE_WITH_YOUR_IMAGE") is registry.example/your-image:latest; a $VARIABLE or
+    __VARIABLE__ in it, a lower-case name of the variable (as envsubst does for ${VARIABLE})."""
+    if not image:
+        return "registry.example/your-image:latest"
+    name = lambda m: m.group(1).lower().replace("_", "-")  # noqa: E731
+    image = re.sub(r"\$([A-Z_][A-Z0-9_]*)", name, image)
+    return re.sub(r"__([A-Z][A-Z0-9_]*?)__", name, image)
+
+
+def fill_images(objs):
+    for o in objs:
+        for c in pod_spec_of(o).get("containers") or []:
+            c["image"] = fill_image(c.get("image"))
+
+
 def claim_templates(obj):
     return (obj.get("spec") or {}).get("volumeClaimTemplates") or []
 
@@ -167,10 +270,6 @@ class Example:
         for o in self.objs:
             o["metadata"]["namespace"] = ns
             ps = pod_spec_of(o)
-            for c in ps.get("containers") or []:
-                # An image left to the user ("image: # REPLACE_WITH_YOUR_IMAGE"), as they would
-                # fill it in; no image is pulled here.
-                c["image"] = c.get("image") or "registry.example/your-image:latest"
             rc = ps.get("runtimeClassName")
             if rc and not k.find("node.k8s.io/v1", "RuntimeClass", None, rc):
                 k.create({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
@@ -239,6 +338,23 @@ class Example:
                     refused[(kind, o["metadata"]["name"])] = f"HTTP {e.status}: {str(e.body)[:200]}"
         return refused
 
+    def pool_unused_templates(self):
+        """A pool of the test's own (check-<template>, one replica) for each template without a
+        command that no pool of the unit uses, so a Pod made from it shows its image's
+        entrypoint; returns their names."""
+        used = {((o.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
+                for o in self.objs if o["kind"] == "SandboxWarmPool"}
+        names = []
+        for o in self.objs:
+            name = o["metadata"]["name"]
+            if o["kind"] != "SandboxTemplate" or name in used or main_container(o).get("command"):
+                continue
+            self.k.create({"apiVersion": f"{EXT}/v1beta1", "kind": "SandboxWarmPool",
+                           "metadata": {"name": f"check-{name}", "namespace": self.ns},
+                           "spec": {"replicas": 1, "sandboxTemplateRef": {"name": name}}})
+            names.append(f"check-{name}")
+        return names
+
     def cleanup(self):
         for n in self.nodes:
             self.k.delete("v1", "Node", None, n)
@@ -291,36 +407,77 @@ def outcome(ex, kind, name):
     return None if ok else f"claims not bound: {names}"
 
 
-def workload(k, ns, kind, obj):
+def template_pods(k, ns, name):
+    """The Pods of the sandboxes made from template name: its pools', and their claims'."""
+    def ref(o, field):
+        return ((o.get("spec") or {}).get(field) or {}).get("name")
+    pools = {o["metadata"]["name"] for o in k.list(api_of("SandboxWarmPool"), "SandboxWarmPool", ns)
+             if ref(o, "sandboxTemplateRef") == name}
+    users = {("SandboxWarmPool", p) for p in pools} | \
+        {("SandboxClaim", o["metadata"]["name"])
+         for o in k.list(api_of("SandboxClaim"), "SandboxClaim", ns) if ref(o, "warmPoolRef") in pools}
+    sbs = [s["metadata"]["name"] for s in k.list(f"{CORE}/v1beta1", "Sandbox", ns)
+           if any((r.get("kind"), r.get("name")) in users
+                  for r in s["metadata"].get("ownerReferences", []))]
+    return [p for p in (k.find("v1", "Pod", ns, n) for n in sbs) if p]
+
+
+def workload(k, ns, kind, obj, images):
     """How the main container's program reaches the Pod: "command" when the injected command
-    runs the template's command and args after "--", "image ENTRYPOINT" when the template names
-    none (sandboxd then serves alone: the image's entrypoint is not resolved yet, issue 14 item
-    2), "-" when there is no Pod to look at; anything else is a fault."""
+    runs the template's command and args after "--"; "image ENTRYPOINT" when the template names
+    no command and the Pod (a Sandbox's own, or every one made from a template) runs sandboxd,
+    then "--", then the entrypoint of the image and the container's args or else the image's cmd,
+    as the controller looked them up (images: the stand-ins' (entrypoint, cmd) by reference);
+    "-" when there is no Pod to look at; anything else is a fault."""
     if kind in ("SandboxClaim", "SandboxWarmPool"):
         return "-"  # the pod template is their template's
-    c0 = (pod_spec_of(obj).get("containers") or [{}])[0]
-    if not c0.get("command"):
-        return "image ENTRYPOINT"
-    pod = k.find("v1", "Pod", ns, obj["metadata"]["name"]) if kind == "Sandbox" else None
-    if pod is None:
-        return "command"
-    cmd = pod["spec"]["containers"][0]["command"]
-    want = c0["command"] + (c0.get("args") or [])
-    return "command" if "--" in cmd and cmd[cmd.index("--") + 1:] == want else f"wrong: {cmd}"
+    c0 = main_container(obj)
+    if c0.get("command"):
+        pod = k.find("v1", "Pod", ns, obj["metadata"]["name"]) if kind == "Sandbox" else None
+        if pod is None:
+            return "command"
+        cmd = pod["spec"]["containers"][0]["command"]
+        want = c0["command"] + (c0.get("args") or [])
+        return "command" if "--" in cmd and cmd[cmd.index("--") + 1:] == want else f"wrong: {cmd}"
+    entrypoint, image_cmd = images[c0["image"]]
+    want = entrypoint + (c0.get("args") or image_cmd)
+    if kind == "Sandbox":
+        pod = k.find("v1", "Pod", ns, obj["metadata"]["name"])
+        pods = [pod] if pod else []
+    else:
+        pods = template_pods(k, ns, obj["metadata"]["name"])
+    if not pods:
+        return "-"
+    for pod in pods:
+        cmd = pod["spec"]["containers"][0].get("command") or []
+        if not (cmd[:1] == [SANDBOXD] and "--" in cmd and cmd[cmd.index("--") + 1:] == want):
+            return f"wrong: {pod['metadata']['name']}: {cmd}, not {SANDBOXD} ... -- {want}"
+    return "image ENTRYPOINT"
 
 
-def test_reference_examples(cluster, example_crds, examples_dir, tmp_path):
+def test_reference_examples(cluster, example_crds, examples_dir, examples_mirror, tmp_path):
     want = {f"sandboxes.{CORE}", f"sandboxtemplates.{EXT}", f"sandboxclaims.{EXT}",
             f"sandboxwarmpools.{EXT}"}
     assert want <= example_crds
     rows, failures = [], []
-    for label, objs in units(examples_dir):
+    all_units = units(examples_dir)
+    for _, objs in all_units:
+        fill_images(objs)
+        for o in objs:
+            for c in pod_spec_of(o).get("containers") or []:
+                examples_mirror.hosts.add(image_ref(c["image"])[0])
+            if o["kind"] in KINDS and not main_container(o).get("command") and \
+                    pod_spec_of(o).get("containers"):
+                examples_mirror.seed(main_container(o)["image"])
+    for label, objs in all_units:
         ex = Example(cluster, label, objs, tmp_path / re.sub(r"[^a-z0-9]+", "-", label))
         ex.prepare()
-        ctrl = Controller(cluster, ex.ns, name="examples")
+        ctrl = Controller(cluster, ex.ns, *examples_mirror.flags(), name="examples")
         try:
             ctrl.port()  # up, its signals handled: a unit done at once stops it cleanly
             refused = ex.apply()
+            checks = ex.pool_unused_templates()
+            settled_rows = []
             for o in (o for o in objs if o["kind"] in KINDS):
                 key = (o["kind"], o["metadata"]["name"])
                 expected, _ = CANNOT.get((label.split("#")[0], *key), (None, None))
@@ -334,10 +491,19 @@ def test_reference_examples(cluster, example_crds, examples_dir, tmp_path):
                     except pytest.fail.Exception:
                         pass  # told below, with the others
                     why = outcome(ex, *key)
-                how = workload(ex.k, ex.ns, o["kind"], o)
-                rows.append((label, *key, why or "Ready", how))
+                settled_rows.append((o, key, why))
                 if why and not (expected and expected in why) or not why and expected:
                     failures.append(f"{label} {key}: {why or 'Ready'} (listed: {expected})")
+            for name in checks:
+                try:
+                    wait_until(lambda: outcome(ex, "SandboxWarmPool", name) is None, WAIT,
+                               interval=0.2, what=f"{label} pool {name}")
+                except pytest.fail.Exception:
+                    failures.append(f"{label} pool {name}: {outcome(ex, 'SandboxWarmPool', name)}")
+            # Once all have settled: a template's Pods are those its pools and claims made.
+            for o, key, why in settled_rows:
+                how = workload(ex.k, ex.ns, o["kind"], o, examples_mirror.images)
+                rows.append((label, *key, why or "Ready", how))
                 if how.startswith("wrong"):
                     failures.append(f"{label} {key}: injected command {how}")
         finally:
@@ -348,6 +514,6 @@ def test_reference_examples(cluster, example_crds, examples_dir, tmp_path):
     print(f"\n{len(rows)} objects of the four kinds in the reference's examples")
     for r in rows:
         print(f"{r[0]:<{width}}  {r[1]:<16} {r[2]:<36} {r[4]:<16} {r[3]}")
-    print("main container without a command (the image's entrypoint, not resolved yet): "
-          f"{sum(r[4] == 'image ENTRYPOINT' for r in rows)}")
+    print("main container without a command, running its (stand-in) image's entrypoint looked up "
+          f"through the mirror: {sum(r[4] == 'image ENTRYPOINT' for r in rows)}")
     assert not failures, "\n".join(failures)
