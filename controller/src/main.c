@@ -191,7 +191,8 @@ static int parse_args(int argc, char **argv)
         fprintf(stderr, "sandboxd-controller: unexpected argument \"%s\"\n", argv[rest]);
         return -1;
     }
-    if (r == 0 && sbx_mirrors_parse(arg_registry_mirrors, &registry_mirrors, &err) < 0) {
+    /* Checked with --help too: a chart's flags can be tried that way. */
+    if (r >= 0 && sbx_mirrors_parse(arg_registry_mirrors, &registry_mirrors, &err) < 0) {
         fprintf(stderr, "sandboxd-controller: --registry-mirror: %s\n", err.msg);
         return -1;
     }

@@ -180,6 +180,11 @@ def test_values_typos_refused():
     assert "enableWarmPoolEviction" in refused("controller.enableWarmPoolEviction=true")
     assert "replicas" in refused("router.replicas=3")
     assert "wakeTimeout" in refused("router.wakeTimeout=a minute")
+    # A mirror is host[:port][/path-prefix]: no scheme, nothing that would split the flag.
+    assert "registryMirrors" in refused("controller.registryMirrors.docker\\.io[0]=https://m.example")
+    assert "registryMirrors" in refused("controller.registryMirrors.docker\\.io[0]=m.example=x")
+    assert "registryMirrors" in refused("controller.registryMirrors.docker\\.io=m.example")
+    assert "insecureRegistries" in refused("controller.insecureRegistries[0]=a.example\\,b.example")
 
 
 def test_values_become_flags_the_controller_takes(tmp_path):
@@ -196,6 +201,9 @@ def test_values_become_flags_the_controller_takes(tmp_path):
             "sandboxdProbe": "grpc", "sandboxdGrpcPort": 19090, "sandboxdRestPort": 18080,
             "leaderElect": False, "leaderElectionId": "other", "clusterDomain": "corp.local",
             "logLevel": "debug", "logFormat": "text",
+            "registryMirrors": {"docker.io": ["mirror.example/hub", "m2.example:5000"],
+                                "ghcr.io": ["mirror.example/ghcr/"]},
+            "insecureRegistries": ["m2.example:5000"],
             "extraArgs": ["--sandbox-write-behind-window=200ms"]}
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"controller": sets}))
@@ -204,7 +212,10 @@ def test_values_become_flags_the_controller_takes(tmp_path):
     for flag in ("--kube-api-qps=20.5", "--kube-api-burst=40", "--namespace=team-a",
                  "--sandbox-warm-pool-readiness-grace-period=2m", "--sandboxd-probe=grpc",
                  "--leader-elect=false", "--sandboxd-image=registry.example/injector:1",
-                 "--default-runtime-class=gvisor", "--sandbox-write-behind-window=200ms"):
+                 "--default-runtime-class=gvisor", "--sandbox-write-behind-window=200ms",
+                 "--registry-mirror=docker.io=mirror.example/hub,docker.io=m2.example:5000,"
+                 "ghcr.io=mirror.example/ghcr/",
+                 "--insecure-registries=m2.example:5000"):
         assert flag in args, args
     assert len(args) == len(sets) + 2, args  # + the Lease's namespace, the metrics address
     run = subprocess.run([controller_bin(), *args, "--help"], capture_output=True, text=True,
@@ -213,7 +224,8 @@ def test_values_become_flags_the_controller_takes(tmp_path):
         run.stdout + run.stderr
     # Left out, a flag is not passed and the controller's default holds.
     args = find(template(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert not [a for a in args if a.startswith(("--kube-api-qps", "--namespace", "--default-runtime"))]
+    assert not [a for a in args if a.startswith(("--kube-api-qps", "--namespace", "--default-runtime",
+                                                 "--registry-mirror", "--insecure-registries"))]
 
 
 def test_monitoring_rendered_only_when_enabled():

@@ -66,6 +66,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - --{{ index . 1 }}={{ $v }}
 {{- end }}
 {{- end }}
+{{- with $c.registryMirrors }}
+{{- $mirrors := list }}
+{{- range $registry, $list := . }}
+{{- range $list }}
+{{- $mirrors = append $mirrors (printf "%s=%s" $registry .) }}
+{{- end }}
+{{- end }}
+- {{ printf "--registry-mirror=%s" (join "," $mirrors) | quote }}
+{{- end }}
+{{- with $c.insecureRegistries }}
+- {{ printf "--insecure-registries=%s" (join "," .) | quote }}
+{{- end }}
 {{- range $c.extraArgs }}
 - {{ . | quote }}
 {{- end }}
