@@ -148,7 +148,7 @@ static const struct sbx_flag options[] = {
      "image's registry with the pod's and its service account's pull secrets; the Sandbox is "
      "not Ready until then (true)"},
     {"insecure-registries", sbx_flag_string, &arg_insecure_registries,
-     "comma-separated registry hosts (host[:port]) looked up over plain HTTP (none)"},
+     "comma-separated registry and mirror hosts (host[:port]) looked up over plain HTTP (none)"},
     {"registry-mirror", sbx_flag_string, &arg_registry_mirrors,
      "comma-separated REGISTRY=MIRROR, MIRROR being host[:port][/path-prefix]: an image of "
      "REGISTRY (docker.io for a name without a host) is looked up at its mirrors in the order "

@@ -362,7 +362,8 @@ class Controller(Proc):
                 # One Lease per test: replicas of one test contend, tests do not.
                 f"--leader-election-id=lease-{namespace}",
                 # No registry is reachable here: a main container without a command runs what
-                # the tests give (test_entrypoint.py turns lookups on against its own registry).
+                # the tests give (test_entrypoint.py and test_examples.py turn lookups on against
+                # registries of their own).
                 "--image-entrypoint-lookup=false",
                 "--log-level=debug", *extra]
         env = dict(os.environ)
