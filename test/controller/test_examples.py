@@ -428,7 +428,8 @@ def workload(k, ns, kind, obj, images):
     no command and the Pod (a Sandbox's own, or every one made from a template) runs sandboxd,
     then "--", then the entrypoint of the image and the container's args or else the image's cmd,
     as the controller looked them up (images: the stand-ins' (entrypoint, cmd) by reference);
-    "-" when there is no Pod to look at; anything else is a fault."""
+    "-" for a claim or pool, or a command without a Pod to look at; anything else is a fault
+    (a main container without a command with no Pod to show it too)."""
     if kind in ("SandboxClaim", "SandboxWarmPool"):
         return "-"  # the pod template is their template's
     c0 = main_container(obj)
@@ -447,7 +448,7 @@ def workload(k, ns, kind, obj, images):
     else:
         pods = template_pods(k, ns, obj["metadata"]["name"])
     if not pods:
-        return "-"
+        return "wrong: no Pod to show the image's entrypoint"
     for pod in pods:
         cmd = pod["spec"]["containers"][0].get("command") or []
         if not (cmd[:1] == [SANDBOXD] and "--" in cmd and cmd[cmd.index("--") + 1:] == want):
