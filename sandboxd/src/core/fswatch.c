@@ -1,5 +1,5 @@
 /* Directory watches: the registry (limits, the timer that expires kept watches, rescans and
- * wakes quiet readers), each watch's log of events and the reader that reads it. */
+ * wakes quiet readers), a watch's life, and the reader that reads its log (fswatch_log.c). */
 #define _GNU_SOURCE
 #include "fswatch.h"
 
@@ -12,18 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "fswatch_internal.h"
 #include "metrics.h"
-
-/* A write merges into an unread write of its path among the last this many events. */
-#define MERGE_WINDOW  16
-#define MIN_LOG_BYTES (64 * 1024)
-#define ENTRY_BYTES   256 /* the log's byte bound is this much per event */
 
 struct sbx_fswatches {
     struct sbx_loop *loop;
@@ -32,26 +29,11 @@ struct sbx_fswatches {
     pthread_mutex_t lock; /* the list, the counts, shutdown */
     struct fs_watch *head;
     size_t count, opening;
-    size_t dirs_used; /* atomic */
+    struct fs_dir_budget dirs; /* of every watch */
     bool shutdown;
     struct sbx_timer timer;
     bool timer_armed;
 };
-
-/* The reader: one client's cursor in a watch's log. */
-struct sbx_fswatch {
-    struct fs_watch *w;
-    uint64_t cursor; /* the next sequence number it reads */
-    bool ready_pending, resumed;
-};
-
-uint64_t sbx_fsw_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void sbx_fsev_release(struct sbx_fsev *ev)
 {
@@ -60,219 +42,25 @@ void sbx_fsev_release(struct sbx_fsev *ev)
     ev->path = ev->from = NULL;
 }
 
-size_t sbx_fsw_dirs_reserve(struct sbx_fswatches *ws, struct sbx_error *err)
-{
-    size_t cur = __atomic_load_n(&ws->dirs_used, __ATOMIC_RELAXED);
-
-    do {
-        if (cur >= ws->o.max_dirs)
-            return (size_t)sbx_error_set(err, EMFILE,
-                                         "watching more than %zu directories at once "
-                                         "(--max-watch-dirs)",
-                                         ws->o.max_dirs);
-    } while (!__atomic_compare_exchange_n(&ws->dirs_used, &cur, cur + 1, false, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
-    sbx_metrics_fswatch_dirs(1);
-    return 0;
-}
-
-void sbx_fsw_dirs_unreserve(struct sbx_fswatches *ws, size_t n)
-{
-    __atomic_sub_fetch(&ws->dirs_used, n, __ATOMIC_RELAXED);
-    sbx_metrics_fswatch_dirs(-(long)n);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Globs */
-
-static bool glob_match(const char *pattern, const char *path)
-{
-    const char *base;
-
-    if (strchr(pattern, '/'))
-        return fnmatch(pattern, path, FNM_PATHNAME) == 0;
-    base = strrchr(path, '/');
-    return fnmatch(pattern, base ? base + 1 : path, 0) == 0;
-}
-
-bool sbx_fsw_excluded(const struct fs_watch *w, const char *path)
-{
-    for (size_t i = 0; i < w->n_exclude; i++)
-        if (glob_match(w->exclude[i], path))
-            return true;
-    return false;
-}
-
-bool sbx_fsw_included(const struct fs_watch *w, const char *path)
-{
-    if (sbx_fsw_excluded(w, path))
-        return false;
-    for (size_t i = 0; i < w->n_include; i++)
-        if (glob_match(w->include[i], path))
-            return true;
-    return w->n_include == 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The log */
-
-static size_t entry_bytes(const struct fs_entry *e)
-{
-    return sizeof(*e) + (e->path ? strlen(e->path) : 0) + (e->from ? strlen(e->from) : 0);
-}
-
-static void entry_free(struct fs_entry *e)
-{
-    free(e->path);
-    free(e->from);
-    e->path = e->from = NULL;
-}
-
-static struct fs_entry *entry_at(struct fs_watch *w, uint64_t seq)
-{
-    return &w->log[seq % w->cap];
-}
-
-static size_t max_log_bytes(const struct fs_watch *w)
-{
-    size_t b = w->cap * ENTRY_BYTES;
-    return b > MIN_LOG_BYTES ? b : MIN_LOG_BYTES;
-}
-
-/* Under lock: a write of path that merges into an unread write of it. */
-static bool merges_locked(struct fs_watch *w, const char *path)
-{
-    uint64_t low = w->next > MERGE_WINDOW ? w->next - MERGE_WINDOW : 0;
-
-    if (low < w->first)
-        low = w->first;
-    if (low < w->read_upto)
-        low = w->read_upto;
-    for (uint64_t s = w->next; s-- > low;) {
-        struct fs_entry *e = entry_at(w, s);
-        if (e->kind == SBX_FSEV_RENAME && e->from && strcmp(e->from, path) == 0)
-            return false;
-        if (e->path && strcmp(e->path, path) == 0)
-            return e->kind == SBX_FSEV_WRITE;
-    }
-    return false;
-}
-
-/* Under lock: path's latest event is its creation (a scan logged it, then inotify reported it). */
-static bool created_locked(struct fs_watch *w, const char *path)
-{
-    uint64_t low = w->next > MERGE_WINDOW ? w->next - MERGE_WINDOW : 0;
-
-    if (low < w->first)
-        low = w->first;
-    for (uint64_t s = w->next; s-- > low;) {
-        struct fs_entry *e = entry_at(w, s);
-        if (e->kind == SBX_FSEV_RENAME && e->from && strcmp(e->from, path) == 0)
-            return false;
-        if (e->path && strcmp(e->path, path) == 0)
-            return e->kind == SBX_FSEV_CREATE || e->kind == SBX_FSEV_RENAME;
-    }
-    return false;
-}
-
-static void push_locked(struct fs_watch *w, struct fs_entry *e)
-{
-    size_t b = entry_bytes(e);
-
-    while (w->next > w->first &&
-           (w->next - w->first >= w->cap || w->bytes + b > max_log_bytes(w))) {
-        struct fs_entry *old = entry_at(w, w->first++);
-        w->bytes -= entry_bytes(old);
-        entry_free(old);
-    }
-    e->seq = w->next++;
-    *entry_at(w, e->seq) = *e;
-    w->bytes += b;
-    w->news = true;
-    sbx_metrics_fswatch_events(1);
-}
-
-void sbx_fsw_append(struct fs_watch *w, enum sbx_fsev_kind kind, bool dir, char *path, char *from)
-{
-    struct fs_entry e = {.kind = kind, .dir = dir, .path = path, .from = from};
-
-    if (!path || !(sbx_fsw_included(w, path) || (from && sbx_fsw_included(w, from)))) {
-        entry_free(&e);
-        return;
-    }
-    pthread_mutex_lock(&w->lock);
-    if ((kind == SBX_FSEV_WRITE && merges_locked(w, path)) ||
-        (kind == SBX_FSEV_CREATE && created_locked(w, path)))
-        entry_free(&e);
-    else
-        push_locked(w, &e);
-    pthread_mutex_unlock(&w->lock);
-}
-
-void sbx_fsw_append_overflow(struct fs_watch *w, const char *reason)
-{
-    struct fs_entry e = {.kind = SBX_FSEV_OVERFLOW, .reason = reason};
-
-    pthread_mutex_lock(&w->lock);
-    push_locked(w, &e);
-    pthread_mutex_unlock(&w->lock);
-    sbx_metrics_fswatch_overflow(true);
-}
-
-/* Under lock: the reader has something to read (an event, ready, or the end). */
-static bool has_news_locked(struct fs_watch *w, struct sbx_fswatch *r)
-{
-    return w->reader != r || r->ready_pending || r->cursor < w->next || w->ended;
-}
-
-/* Under lock: takes the armed waiter, to be fired once unlocked. */
-static struct sbx_fswatch_waiter *take_waiter_locked(struct fs_watch *w)
-{
-    struct sbx_fswatch_waiter *wt = w->waiter;
-
-    if (wt)
-        wt->armed = false;
-    w->waiter = NULL;
-    return wt;
-}
-
-static void fire(struct sbx_fswatch_waiter *wt)
-{
-    if (wt)
-        wt->fn(wt);
-}
-
 static void fire_task(void *arg)
 {
-    fire(arg);
-}
-
-void sbx_fsw_notify(struct fs_watch *w)
-{
-    struct sbx_fswatch_waiter *wt = NULL;
-
-    pthread_mutex_lock(&w->lock);
-    if (w->news && w->reader && w->waiter && has_news_locked(w, w->reader))
-        wt = take_waiter_locked(w);
-    w->news = false;
-    pthread_mutex_unlock(&w->lock);
-    fire(wt);
+    sbx_fsw_fire(arg);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* A watch's life */
 
-void sbx_fsw_ref(struct fs_watch *w)
+static void watch_ref(struct fs_watch *w)
 {
     __atomic_add_fetch(&w->refs, 1, __ATOMIC_RELAXED);
 }
 
-void sbx_fsw_unref(struct fs_watch *w)
+static void watch_unref(struct fs_watch *w)
 {
     if (!w || __atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
     for (uint64_t s = w->first; s < w->next; s++)
-        entry_free(entry_at(w, s));
+        sbx_fsw_entry_free(sbx_fsw_entry_at(w, s));
     free(w->log);
     for (size_t i = 0; i < w->n_include; i++)
         free(w->include[i]);
@@ -309,7 +97,8 @@ static bool unlink_watch(struct sbx_fswatches *ws, struct fs_watch *w)
     return found;
 }
 
-void sbx_fsw_end(struct fs_watch *w, int code, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void watch_end(struct fs_watch *w, int code,
+                                                            const char *fmt, ...)
 {
     struct sbx_fswatch_waiter *wt;
     va_list ap;
@@ -327,11 +116,11 @@ void sbx_fsw_end(struct fs_watch *w, int code, const char *fmt, ...)
         vsnprintf(w->end_err.msg, sizeof(w->end_err.msg), fmt, ap);
         va_end(ap);
     }
-    wt = take_waiter_locked(w);
+    wt = sbx_fsw_take_waiter_locked(w);
     pthread_mutex_unlock(&w->lock);
-    fire(wt);
+    sbx_fsw_fire(wt);
     if (unlink_watch(w->ws, w))
-        sbx_fsw_unref(w); /* the registry's */
+        watch_unref(w); /* the registry's */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -357,7 +146,8 @@ static void arm_timer_locked(struct sbx_fswatches *ws)
     }
 }
 
-void sbx_fsw_tick_soon(struct sbx_fswatches *ws, uint64_t ms)
+/* The registry's timer fires within ms (a move away waits to be paired). */
+static void tick_soon(struct sbx_fswatches *ws, uint64_t ms)
 {
     pthread_mutex_lock(&ws->lock);
     if (!ws->shutdown) {
@@ -367,7 +157,19 @@ void sbx_fsw_tick_soon(struct sbx_fswatches *ws, uint64_t ms)
     pthread_mutex_unlock(&ws->lock);
 }
 
-enum tick_action { TICK_NONE, TICK_EXPIRE, TICK_RESCAN, TICK_WAKE, TICK_MOVE };
+enum tick_action { TICK_NONE, TICK_EXPIRE, TICK_GONE, TICK_RESCAN, TICK_WAKE, TICK_MOVE };
+
+/* Whether the watched directory was removed. inotify tells a directory's own deletion only when
+ * its inode goes, and the watch's own descriptor of it keeps it: the timer looks instead. Its
+ * events still queued are read first (they come before the end). Loop thread. */
+static bool removed(struct fs_watch *w)
+{
+    struct stat st;
+    int queued = 0;
+
+    return w->io.fd >= 0 && fstat(w->base_fd, &st) == 0 && st.st_nlink == 0 &&
+           ioctl(w->io.fd, FIONREAD, &queued) == 0 && queued == 0;
+}
 
 static enum tick_action tick_decide(struct sbx_fswatches *ws, struct fs_watch *w, uint64_t now)
 {
@@ -379,6 +181,8 @@ static enum tick_action tick_decide(struct sbx_fswatches *ws, struct fs_watch *w
     pthread_mutex_lock(&w->lock);
     if (!w->reader && !w->ended && now - w->detached_at_ms >= ws->o.retain_ms)
         a = TICK_EXPIRE;
+    else if (!w->ended && removed(w))
+        a = TICK_GONE;
     else if (w->rescan_ms && now >= w->next_rescan_ms)
         a = TICK_RESCAN;
     else if (w->waiter && ws->o.keepalive_ms && now - w->waiter_since_ms >= ws->o.keepalive_ms)
@@ -390,15 +194,22 @@ static enum tick_action tick_decide(struct sbx_fswatches *ws, struct fs_watch *w
 static void tick_one(struct fs_watch *w, enum tick_action a, uint64_t now)
 {
     struct sbx_fswatch_waiter *wt;
+    struct sbx_error e = {0};
 
     switch (a) {
     case TICK_EXPIRE:
-        sbx_fsw_end(w, ENOENT, "watch %s expired (kept %" PRIu64 " ms without a reader)", w->id,
-                    w->ws->o.retain_ms);
+        watch_end(w, ENOENT, "watch %s expired (kept %" PRIu64 " ms without a reader)", w->id,
+                  w->ws->o.retain_ms);
+        break;
+    case TICK_GONE:
+        sbx_fsw_append(w, SBX_FSEV_REMOVE, true, strdup("."), NULL);
+        watch_end(w, ENOENT, "the watched directory was removed");
+        sbx_fsw_notify(w);
         break;
     case TICK_RESCAN:
         w->next_rescan_ms = now + w->rescan_ms;
-        sbx_fsw_rescan(w);
+        if (sbx_fsw_rescan(w, &e) < 0)
+            watch_end(w, e.code, "%s", e.msg);
         sbx_fsw_notify(w);
         break;
     case TICK_MOVE:
@@ -406,9 +217,9 @@ static void tick_one(struct fs_watch *w, enum tick_action a, uint64_t now)
         break;
     case TICK_WAKE:
         pthread_mutex_lock(&w->lock);
-        wt = take_waiter_locked(w);
+        wt = sbx_fsw_take_waiter_locked(w);
         pthread_mutex_unlock(&w->lock);
-        fire(wt);
+        sbx_fsw_fire(wt);
         break;
     case TICK_NONE:
         break;
@@ -440,7 +251,7 @@ static void on_tick(struct sbx_timer *t)
     pthread_mutex_unlock(&ws->lock);
     for (size_t i = 0; i < n; i++) {
         tick_one(all[i], act[i], now);
-        sbx_fsw_unref(all[i]);
+        watch_unref(all[i]);
     }
     free(all);
     free(act);
@@ -461,6 +272,7 @@ int sbx_fswatches_new(struct sbx_fswatches **ret, struct sbx_loop *loop,
     ws->loop = loop;
     ws->root = root;
     ws->o = *o;
+    ws->dirs.max = o->max_dirs;
     if (ws->o.queue_events < 16)
         ws->o.queue_events = 16;
     pthread_mutex_init(&ws->lock, NULL);
@@ -491,8 +303,8 @@ void sbx_fswatches_shutdown(struct sbx_fswatches *ws)
         pthread_mutex_unlock(&ws->lock);
         if (!w)
             break;
-        sbx_fsw_end(w, ESHUTDOWN, "sandboxd is shutting down");
-        sbx_fsw_unref(w);
+        watch_end(w, ESHUTDOWN, "sandboxd is shutting down");
+        watch_unref(w);
     }
 }
 
@@ -504,6 +316,24 @@ void sbx_fswatches_free(struct sbx_fswatches *ws)
     sbx_timer_release(&ws->timer);
     pthread_mutex_destroy(&ws->lock);
     free(ws);
+}
+
+/* The loop's callback of a watch's inotify fd: the tree handles what it holds; a watch that
+ * must end ends here, and a move away waiting to be paired gets the timer. */
+static void on_inotify(struct sbx_watch *io, uint32_t events)
+{
+    struct fs_watch *w = (struct fs_watch *)((char *)io - offsetof(struct fs_watch, io));
+    struct sbx_error e = {0};
+    uint64_t tick = 0;
+
+    (void)events;
+    watch_ref(w); /* the end below may drop the registry's */
+    if (sbx_fsw_read_events(w, &tick, &e) < 0)
+        watch_end(w, e.code, "%s", e.msg);
+    else if (tick)
+        tick_soon(w->ws, tick);
+    sbx_fsw_notify(w);
+    watch_unref(w);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -546,7 +376,7 @@ static int resume_locked(struct sbx_fswatches *ws, const struct sbx_fswatch_spec
         rc = sbx_error_set(err, ENOMEM, "allocate watch reader");
     } else {
         /* A reader still there (its client gone unnoticed, or a second client) loses it. */
-        wt = take_waiter_locked(w);
+        wt = sbx_fsw_take_waiter_locked(w);
         w->reader = r;
         w->read_upto = r->cursor;
         __atomic_add_fetch(&w->refs, 1, __ATOMIC_RELAXED);
@@ -554,7 +384,7 @@ static int resume_locked(struct sbx_fswatches *ws, const struct sbx_fswatch_spec
     }
     pthread_mutex_unlock(&w->lock);
     if (wt && sbx_loop_post(ws->loop, fire_task, wt) < 0)
-        fire(wt);
+        sbx_fsw_fire(wt);
     return rc;
 }
 
@@ -613,6 +443,7 @@ static int watch_alloc(struct sbx_fswatches *ws, const struct sbx_fswatch_spec *
         return sbx_error_set(err, ENOMEM, "allocate watch");
     pthread_mutex_init(&w->lock, NULL);
     w->ws = ws;
+    w->budget = &ws->dirs;
     w->refs = 1;
     w->io.fd = w->base_fd = -1;
     w->recursive = s->recursive;
@@ -657,7 +488,7 @@ static int watch_setup(struct sbx_fswatches *ws, struct fs_watch *w,
                                  "no inotify instance left (fs.inotify.max_user_instances)");
         return sbx_error_set(err, errno, "inotify_init1");
     }
-    w->io.fn = sbx_fsw_on_inotify;
+    w->io.fn = on_inotify;
     r = sbx_fsw_add_tree(w, "", false, err);
     if (r == 0 && w->rescan_ms) {
         r = sbx_fsw_snap_take(w, &w->snap, err);
@@ -698,7 +529,7 @@ static int open_new(struct sbx_fswatches *ws, const struct sbx_fswatch_spec *s,
         if (w)
             sbx_fsw_dirs_release(w);
         free(r);
-        sbx_fsw_unref(w);
+        watch_unref(w);
         return rc;
     }
     sbx_metrics_fswatch_active(1);
@@ -743,7 +574,7 @@ void sbx_fswatch_close(struct sbx_fswatch *r)
     }
     pthread_mutex_unlock(&w->lock);
     free(r);
-    sbx_fsw_unref(w);
+    watch_unref(w);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -786,7 +617,7 @@ int sbx_fswatch_next(struct sbx_fswatch *r, struct sbx_fsev *ev, struct sbx_erro
         r->cursor = w->first;
         sbx_metrics_fswatch_overflow(false);
     } else if (r->cursor < w->next) {
-        fill_from_entry(ev, entry_at(w, r->cursor++)); /* a copy that failed is "" */
+        fill_from_entry(ev, sbx_fsw_entry_at(w, r->cursor++)); /* a copy that failed is "" */
     } else if (w->ended) {
         rc = -w->end_err.code;
         if (err)
@@ -806,7 +637,7 @@ bool sbx_fswatch_wait(struct sbx_fswatch *r, struct sbx_fswatch_waiter *wt)
     bool armed = false;
 
     pthread_mutex_lock(&w->lock);
-    if (!has_news_locked(w, r) && (!w->waiter || w->waiter == wt)) {
+    if (!sbx_fsw_has_news_locked(w, r) && (!w->waiter || w->waiter == wt)) {
         if (!w->waiter)
             w->waiter_since_ms = sbx_fsw_now_ms();
         w->waiter = wt;

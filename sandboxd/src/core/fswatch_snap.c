@@ -139,7 +139,8 @@ int sbx_fsw_snap_take(struct fs_watch *w, struct fs_snap **ret, struct sbx_error
             return sbx_error_set(err, EMFILE, "more than %d entries to rescan", SNAP_MAX);
         return sbx_error_set(err, -r, "rescan: %s", strerror(-r));
     }
-    qsort(s->e, s->n, sizeof(*s->e), cmp_entry);
+    if (s->n) /* an empty tree has no array: qsort must not see NULL */
+        qsort(s->e, s->n, sizeof(*s->e), cmp_entry);
     *ret = s;
     return 0;
 }
@@ -158,16 +159,14 @@ static void diff_one(struct fs_watch *w, const struct snap_entry *o, const struc
         sbx_fsw_append(w, SBX_FSEV_CHMOD, n->dir, strdup(n->path), NULL);
 }
 
-void sbx_fsw_rescan(struct fs_watch *w)
+int sbx_fsw_rescan(struct fs_watch *w, struct sbx_error *err)
 {
     struct fs_snap *now = NULL, *old = w->snap;
-    struct sbx_error e = {0};
     size_t i = 0, j = 0;
+    int r;
 
-    if (sbx_fsw_snap_take(w, &now, &e) < 0) {
-        sbx_fsw_end(w, e.code, "%s", e.msg);
-        return;
-    }
+    if ((r = sbx_fsw_snap_take(w, &now, err)) < 0)
+        return r;
     while (old && (i < old->n || j < now->n)) {
         int c = i == old->n ? 1 : j == now->n ? -1 : strcmp(old->e[i].path, now->e[j].path);
         if (c < 0) {
@@ -182,4 +181,5 @@ void sbx_fsw_rescan(struct fs_watch *w)
     }
     sbx_fsw_snap_free(old);
     w->snap = now;
+    return 0;
 }

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,7 @@ static void dirs_remove(struct fs_watch *w, struct fs_dir *e)
     e->path = NULL;
     e->wd = -1;
     __atomic_store_n(&w->dirs.live, w->dirs.live - 1, __ATOMIC_RELAXED);
-    sbx_fsw_dirs_unreserve(w->ws, 1);
+    sbx_fsw_dirs_unreserve(w->budget, 1);
 }
 
 void sbx_fsw_dirs_release(struct fs_watch *w)
@@ -110,7 +111,7 @@ void sbx_fsw_dirs_release(struct fs_watch *w)
     free(w->dirs.slot);
     memset(&w->dirs, 0, sizeof(w->dirs));
     if (live)
-        sbx_fsw_dirs_unreserve(w->ws, live);
+        sbx_fsw_dirs_unreserve(w->budget, live);
 }
 
 /* Whether p is dir or lies beneath it. */
@@ -195,13 +196,13 @@ static int watch_dir(struct fs_watch *w, int fd, const char *path, bool *known,
     int wd, r;
 
     *known = false;
-    if ((r = (int)sbx_fsw_dirs_reserve(w->ws, err)) < 0)
+    if ((r = (int)sbx_fsw_dirs_reserve(w->budget, err)) < 0)
         return r;
     snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
     wd = inotify_add_watch(w->io.fd, proc, MASK);
     if (wd < 0) {
         int e = errno;
-        sbx_fsw_dirs_unreserve(w->ws, 1);
+        sbx_fsw_dirs_unreserve(w->budget, 1);
         if (e == ENOSPC)
             return sbx_error_set(err, EMFILE,
                                  "the kernel's limit of inotify watches is reached "
@@ -212,14 +213,14 @@ static int watch_dir(struct fs_watch *w, int fd, const char *path, bool *known,
         w->root_wd = wd;
     d = dirs_find(&w->dirs, wd);
     if (d) {
-        sbx_fsw_dirs_unreserve(w->ws, 1);
+        sbx_fsw_dirs_unreserve(w->budget, 1);
         *known = true;
         return 0;
     }
     {
         char *p = strdup(path);
         if (!p || dirs_put(&w->dirs, wd, p) < 0) {
-            sbx_fsw_dirs_unreserve(w->ws, 1);
+            sbx_fsw_dirs_unreserve(w->budget, 1);
             (void)inotify_rm_watch(w->io.fd, wd);
             return sbx_error_set(err, ENOMEM, "allocate watched directory");
         }
@@ -359,6 +360,22 @@ static void flush_pending(struct fs_watch *w)
     sbx_fsw_append(w, SBX_FSEV_REMOVE, w->pending_dir, from, NULL);
 }
 
+/* The watch must end: the first reason is kept, nothing more of this read is handled, and the
+ * registry ends the watch once the read returns (sbx_fsw_read_events). */
+__attribute__((format(printf, 3, 4))) static void fail(struct fs_watch *w, int code,
+                                                       const char *fmt, ...)
+{
+    va_list ap;
+
+    if (w->failing)
+        return;
+    w->failing = true;
+    w->fail_err.code = code;
+    va_start(ap, fmt);
+    vsnprintf(w->fail_err.msg, sizeof(w->fail_err.msg), fmt, ap);
+    va_end(ap);
+}
+
 /* A directory that appeared (made, or moved in): watched and scanned, so that what was made in
  * it before its watch was added is seen too. A limit reached ends the watch: a directory that
  * is not watched would lose its events silently. */
@@ -369,7 +386,7 @@ static void arrived(struct fs_watch *w, const char *path)
     if (!w->recursive || sbx_fsw_excluded(w, path))
         return;
     if (sbx_fsw_add_tree(w, path, true, &e) < 0)
-        sbx_fsw_end(w, e.code, "directory \"%s\" cannot be watched: %s", path, e.msg);
+        fail(w, e.code, "directory \"%s\" cannot be watched: %s", path, e.msg);
 }
 
 static void moved_to(struct fs_watch *w, const struct inotify_event *ev, char *path, bool isdir)
@@ -400,7 +417,7 @@ static void on_kernel_overflow(struct fs_watch *w)
                                "(fs.inotify.max_queued_events): events were lost");
     /* Directories made meanwhile are watched now (their contents are the rescan's to find). */
     if (w->recursive && sbx_fsw_add_tree(w, "", false, &e) < 0)
-        sbx_fsw_end(w, e.code, "after an overflow: %s", e.msg);
+        fail(w, e.code, "after an overflow: %s", e.msg);
 }
 
 /* An event about a watched directory itself. */
@@ -411,7 +428,7 @@ static void on_self(struct fs_watch *w, const struct inotify_event *ev)
     if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
         flush_pending(w);
         sbx_fsw_append(w, SBX_FSEV_REMOVE, true, strdup("."), NULL);
-        sbx_fsw_end(w, ENOENT, "the watched directory was removed or moved away");
+        fail(w, ENOENT, "the watched directory was removed or moved away");
     } else if (ev->mask & IN_ATTRIB) {
         sbx_fsw_append(w, SBX_FSEV_CHMOD, true, strdup("."), NULL);
     }
@@ -432,7 +449,7 @@ static void handle(struct fs_watch *w, const struct inotify_event *ev)
         return; /* a watch we dropped */
     if (ev->mask & IN_IGNORED) {
         if (ev->wd == w->root_wd)
-            sbx_fsw_end(w, ENOENT, "the watched directory was removed");
+            fail(w, ENOENT, "the watched directory was removed");
         else
             dirs_remove(w, d);
         return;
@@ -476,22 +493,20 @@ static bool handle_buffer(struct fs_watch *w, const char *buf, size_t n)
     for (size_t off = 0; off + sizeof(struct inotify_event) <= n;) {
         const struct inotify_event *ev = (const struct inotify_event *)(buf + off);
         handle(w, ev);
-        if (w->io.fd < 0)
+        if (w->failing)
             return false;
         off += sizeof(*ev) + ev->len;
     }
     return true;
 }
 
-void sbx_fsw_on_inotify(struct sbx_watch *io, uint32_t events)
+int sbx_fsw_read_events(struct fs_watch *w, uint64_t *tick_ms, struct sbx_error *err)
 {
-    struct fs_watch *w = (struct fs_watch *)((char *)io - offsetof(struct fs_watch, io));
     char buf[READ_BYTES] __attribute__((aligned(__alignof__(struct inotify_event))));
     bool drained = false;
     ssize_t n;
 
-    (void)events;
-    sbx_fsw_ref(w); /* an end in here frees nothing we still use */
+    *tick_ms = 0;
     n = read(w->io.fd, buf, sizeof(buf));
     if (n > 0 && handle_buffer(w, buf, (size_t)n) && w->have_pending) {
         int queued = 1;
@@ -499,16 +514,19 @@ void sbx_fsw_on_inotify(struct sbx_watch *io, uint32_t events)
     } else if (n < 0) {
         drained = errno == EAGAIN;
     }
+    if (w->failing) {
+        *err = w->fail_err;
+        return -w->fail_err.code;
+    }
     /* A move away's arrival is queued by the same rename, but the queue may be read between
      * the two (the renaming thread preempted in between: seen under ASan on a loaded machine,
      * a rename told as a remove and a create). Once the queue has been empty for a while, none
      * is coming and the move left the tree. */
-    if (drained && w->io.fd >= 0 && !w->pending_due_ms) {
+    if (drained && !w->pending_due_ms) {
         w->pending_due_ms = sbx_fsw_now_ms() + MOVE_GRACE_MS;
-        sbx_fsw_tick_soon(w->ws, MOVE_GRACE_MS);
+        *tick_ms = MOVE_GRACE_MS;
     }
-    sbx_fsw_notify(w);
-    sbx_fsw_unref(w);
+    return 0;
 }
 
 void sbx_fsw_move_due(struct fs_watch *w)

@@ -406,6 +406,62 @@ static void test_limits_globs(void)
     teardown();
 }
 
+/* Reads until the watch ends; its error code, with the message in e (0: it did not end). */
+static int read_to_end(struct sbx_fswatch *r, char *log, size_t len, struct sbx_error *e)
+{
+    struct sbx_fsev ev;
+    int rc;
+
+    while ((rc = next_event(r, &ev)) == 1) {
+        size_t n = strlen(log);
+        snprintf(log + n, len - n, "%d %s;", (int)ev.kind, ev.path ? ev.path : "");
+        sbx_fsev_release(&ev);
+    }
+    if (rc < 0)
+        (void)sbx_fswatch_next(r, &ev, e); /* the end again, for its message */
+    return rc;
+}
+
+/* A watch ends, its reader told why after the events before: its directory removed, a new
+ * directory past the budget, a rescan past its bound. */
+static void test_ends(void)
+{
+    struct sbx_fswatches_opts o = defaults;
+    struct sbx_fswatch_spec s = {.path = "r", .client = "a", .rescan_ms = 20};
+    struct sbx_fswatch *r = NULL;
+    struct sbx_error e = {0};
+    char log[1024] = "";
+
+    o.max_dirs = 2; /* a watch that ended gives its directories back */
+    setup(&o, true);
+    sh("mkdir gone budget r");
+    r = open_watch("gone", true, "a");
+    sh("touch gone/f && rm -rf gone");
+    ok(r && read_to_end(r, log, sizeof(log), &e) == -ENOENT && strstr(log, "1 f;") &&
+           strstr(e.msg, "removed"),
+       "its directory removed: the events, then ENOENT: %s (%s)", e.msg, log);
+    sbx_fswatch_close(r);
+
+    log[0] = '\0';
+    e = (struct sbx_error){0};
+    r = open_watch("budget", true, "a");
+    sh("mkdir budget/one && sleep 0.2 && mkdir budget/two");
+    ok(r && read_to_end(r, log, sizeof(log), &e) == -EMFILE && strstr(e.msg, "cannot be watched") &&
+           strstr(e.msg, "budget/two") == NULL && strstr(e.msg, "two"),
+       "a directory past the budget: EMFILE: %s (%s)", e.msg, log);
+    sbx_fswatch_close(r);
+
+    log[0] = '\0';
+    e = (struct sbx_error){0};
+    s.recursive = false;
+    ok(sbx_fswatch_open(ws, &s, &r, &e) == 0, "a rescanning watch");
+    sh("cd r && seq -f f%%g 1 65600 | xargs touch");
+    ok(r && read_to_end(r, log, sizeof(log), &e) == -EMFILE && strstr(e.msg, "to rescan"),
+       "a rescan past its bound ends it: %s", e.msg);
+    sbx_fswatch_close(r);
+    teardown();
+}
+
 int main(void)
 {
     snprintf(base, sizeof(base), "/tmp/test_fswatch.%d", (int)getpid());
@@ -417,6 +473,7 @@ int main(void)
     test_resume();
     test_confined();
     test_limits_globs();
+    test_ends();
     {
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
