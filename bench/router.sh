@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Benchmarks sandboxd-router: the same sandboxd reached directly, through our router and
-# through the reference router (sigs.k8s.io/agent-sandbox's sandbox-router: HTTP only, it cannot
-# carry gRPC), side by side in one run, and prints one table of ratios with PASS/FAIL per
-# target of issue 15. Both routers run on loopback without a cluster, routing by
-# X-Sandbox-Pod-IP (--allow-loopback-pod-ip). Targets never make it exit non-zero: a benchmark
-# is not a test. See the "Router" section of bench/README.md.
+# Benchmarks sandboxd-router: the same sandboxd reached directly, through our router, through
+# the reference router (sigs.k8s.io/agent-sandbox's sandbox-router: HTTP only, it cannot carry
+# gRPC) and through a `kubectl port-forward` of the API server, side by side in one run, and
+# prints one table of ratios with PASS/FAIL per target of issue 15. Both routers run on
+# loopback, routing by X-Sandbox-Pod-IP (--allow-loopback-pod-ip). With --cluster (the default
+# when the control plane's binaries are in $SANDBOXD_TOOLS) bench/router_cluster.py starts
+# test/controller's control plane holding --known Sandboxes and their Pods, both routers run
+# with their caches on against it (so their RSS is with that many sandboxes known), and the
+# port-forward path is measured, with the API server's CPU around every transfer. Targets never
+# make it exit non-zero: a benchmark is not a test. See the "Router" section of
+# bench/README.md.
 #
 #   bench/router.sh            full run (100 MiB transfers and streams, 3 rounds, 2 s windows)
 #   bench/router.sh --quick    quick run (1 round, 1 s windows)
+#   bench/router.sh --no-cluster   no control plane: no port-forward column, routers uncached
 #
 # Options (after --quick, to override it):
 #   --rounds N       rounds; each measures direct, ours and the reference once, their order
@@ -16,6 +22,10 @@
 #   --duration D     recorded window of each latency and small-request run, Go syntax (2s)
 #   --sandboxes N    sandboxd daemons, one client each, for the fan-out row (16)
 #   --conns N        keep-alive connections for small requests (32)
+#   --cluster        the control plane, the routers' caches and the port-forward column (the
+#                    default when etcd, kube-apiserver, kwok and kubectl are in $SANDBOXD_TOOLS)
+#   --no-cluster     none of that
+#   --known N        Sandboxes (each with its Pod) the control plane holds (1000)
 #   --rev REV        build sandboxd and the router from commit REV instead of the work tree
 #   --out DIR        build and result directory, outside the repo (/tmp/sandboxd-bench)
 #
@@ -26,7 +36,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH=$REPO/bench
 OUT=/tmp/sandboxd-bench
-ROUNDS=3 BYTES=104857600 DURATION=2s SANDBOXES=16 CONNS=32 REV=
+ROUNDS=3 BYTES=104857600 DURATION=2s SANDBOXES=16 CONNS=32 REV= CLUSTER=auto KNOWN=1000
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -36,6 +46,9 @@ while [ $# -gt 0 ]; do
   --duration) DURATION=$2; shift ;;
   --sandboxes) SANDBOXES=$2; shift ;;
   --conns) CONNS=$2; shift ;;
+  --cluster) CLUSTER=yes ;;
+  --no-cluster) CLUSTER=no ;;
+  --known) KNOWN=$2; shift ;;
   --rev) REV=$2; shift ;;
   --out) OUT=$2; shift ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -53,6 +66,19 @@ build_router
 build_client
 build_reference_router
 REFROUTER=$SANDBOXD_TOOLS/reference-router
+CLUSTER_TOOLS="etcd kube-apiserver kube-scheduler kube-controller-manager kwok kubectl"
+cluster_missing() {
+  local b
+  for b in $CLUSTER_TOOLS; do [ -x "$SANDBOXD_TOOLS/$b" ] || echo "$b"; done
+  command -v openssl >/dev/null || echo openssl
+}
+if [ "$CLUSTER" = auto ]; then
+  CLUSTER=yes
+  [ -z "$(cluster_missing)" ] || CLUSTER=no
+elif [ "$CLUSTER" = yes ] && [ -n "$(cluster_missing)" ]; then
+  echo "router.sh: --cluster needs $(cluster_missing | tr '\n' ' ')in $SANDBOXD_TOOLS" >&2
+  exit 1
+fi
 
 RUN=$OUT/router-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$RUN/logs" "$RUN/roots"
@@ -63,7 +89,15 @@ cleanup() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$RUN/roots"
 }
-trap cleanup EXIT
+# The control plane stops after the routers (their informers would log its going) and before
+# the daemons, kwok forwarding to sandbox 0.
+stop_cluster() {
+  if [ -n "${CPID:-}" ]; then
+    kill -TERM "$CPID" 2>/dev/null || true
+    wait "$CPID" 2>/dev/null || true
+  fi
+}
+trap 'stop_cluster; cleanup' EXIT
 DENV=(env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" LANG=C.UTF-8)
 
 # wait_http URL: until URL answers 200 (30 s at most).
@@ -90,6 +124,23 @@ for ((i = 0; i < SANDBOXES; i++)); do
 done
 for ((i = 0; i < SANDBOXES; i++)); do wait_http "http://127.0.0.1:${RP[i]}/v1/health"; done
 
+# The control plane, with $KNOWN Sandboxes, and the port-forward of sandbox 0 (sb-0).
+CACHE=()
+if [ "$CLUSTER" = yes ]; then
+  log "control plane with $KNOWN sandboxes known (bench/router_cluster.py)"
+  /usr/bin/python3 "$BENCH/router_cluster.py" --grpc-port "${GP[0]}" --rest-port "${RP[0]}" \
+    --known "$KNOWN" --env-file "$RUN/cluster.env" 2> >(tee "$RUN/logs/cluster.log" >&2) &
+  CPID=$!
+  for ((i = 0; i < 9000; i++)); do # 15 minutes at most: 1,000 Pods on a loaded machine
+    [ -f "$RUN/cluster.env" ] && break
+    kill -0 "$CPID" 2>/dev/null || { echo "router.sh: the control plane did not come up (logs/cluster.log)" >&2; exit 1; }
+    sleep 0.1
+  done
+  [ -f "$RUN/cluster.env" ] || { echo "router.sh: the control plane took over 15 minutes" >&2; exit 1; }
+  . "$RUN/cluster.env"
+  CACHE=(--cache-enabled "--cache-namespace=$CL_NS" "--kubeconfig=$CL_KUBECONFIG")
+fi
+
 # The routers, with the same flags (ours are named as the reference's).
 declare -A PORT MPORT PID
 for r in ours ref; do
@@ -98,18 +149,49 @@ for r in ours ref; do
   [ "$r" = ref ] && bin=$REFROUTER
   "${DENV[@]}" "$bin" --http-bind-address "127.0.0.1:${PORT[$r]}" \
     --health-probe-bind-address "127.0.0.1:$pp" --metrics-bind-address "127.0.0.1:${MPORT[$r]}" \
-    --allow-loopback-pod-ip >>"$RUN/logs/router-$r.log" 2>&1 &
+    --allow-loopback-pod-ip "${CACHE[@]}" >>"$RUN/logs/router-$r.log" 2>&1 &
   PID[$r]=$!
   PIDS+=("$!")
   wait_http "http://127.0.0.1:${PORT[$r]}/healthz"
 done
+# KNOWNBY[r]: the sandboxes router r's cache holds before the first measurement: ours says it
+# on /metrics, the reference in its "pod cache synced" line (it listens only after that list).
+declare -A KNOWNBY=([ours]=0 [ref]=0)
+if [ "$CLUSTER" = yes ]; then
+  for ((i = 0; i < 600; i++)); do
+    KNOWNBY[ours]=$(curl -sf "http://127.0.0.1:${MPORT[ours]}/metrics" |
+      awk '$1 == "sandbox_router_cache_entries" {print $2}')
+    [ "${KNOWNBY[ours]:-0}" -ge "$KNOWN" ] 2>/dev/null && break
+    sleep 0.05
+  done
+  KNOWNBY[ref]=$(grep -o '"entries": *[0-9]*' "$RUN/logs/router-ref.log" | grep -o '[0-9]*$' | tail -1)
+  log "sandboxes known: ours ${KNOWNBY[ours]:-?}, the reference ${KNOWNBY[ref]:-?} (of $KNOWN)"
+fi
+# rss_line KIND: each router's VmRSS and VmHWM as records of KIND.
+rss_line() {
+  local r
+  for r in ours ref; do
+    printf '{"kind":"%s","label":"%s","rss_kib":%s,"hwm_kib":%s,"known":%s}\n' "$1" "$r" \
+      "$(awk '/^VmRSS/ {print $2}' "/proc/${PID[$r]}/status")" \
+      "$(awk '/^VmHWM/ {print $2}' "/proc/${PID[$r]}/status")" "${KNOWNBY[$r]:-0}" >>"$RES"
+  done
+}
+# Before any traffic: what the cache alone holds (with --no-cluster, an idle router).
+rss_line rss_idle
 
 # ADDR[l], URL[l]: where label l reaches sandbox 0; keys l i: the routing keys of sandbox i.
 declare -A ADDR URL
 ADDR[direct]=127.0.0.1:${GP[0]} URL[direct]=http://127.0.0.1:${RP[0]}
 for r in ours ref; do ADDR[$r]=127.0.0.1:${PORT[$r]} URL[$r]=http://127.0.0.1:${PORT[$r]}; done
-grpc_keys() { [ "$1" = direct ] || echo "x-sandbox-id: sb$2;x-sandbox-pod-ip: 127.0.0.1;x-sandbox-port: ${GP[$2]}"; }
-http_keys() { [ "$1" = direct ] || echo "X-Sandbox-ID: sb$2;X-Sandbox-Pod-IP: 127.0.0.1;X-Sandbox-Port: ${RP[$2]}"; }
+LABELS="direct ours ref"
+if [ "$CLUSTER" = yes ]; then
+  ADDR[pf]=127.0.0.1:$CL_PF_GRPC URL[pf]=http://127.0.0.1:$CL_PF_REST
+  LABELS="direct ours ref pf"
+fi
+# The port-forward, like the direct path, needs no routing keys.
+routed() { [ "$1" != direct ] && [ "$1" != pf ]; }
+grpc_keys() { if routed "$1"; then echo "x-sandbox-id: sb$2;x-sandbox-pod-ip: 127.0.0.1;x-sandbox-port: ${GP[$2]}"; fi; }
+http_keys() { if routed "$1"; then echo "X-Sandbox-ID: sb$2;X-Sandbox-Pod-IP: 127.0.0.1;X-Sandbox-Port: ${RP[$2]}"; fi; }
 # via L CMD...: runs CMD with label L's routing keys for sandbox 0.
 via() {
   local l=$1
@@ -118,12 +200,28 @@ via() {
 }
 # m CMD...: one measurement; a failure is reported and the run goes on.
 m() { "$@" || echo "router.sh: measurement failed: $*" >&2; }
+# order: the labels turned by the round, so none is always first or last.
 order() {
-  case $((ROUND % 3)) in
-  1) echo "direct ours ref" ;;
-  2) echo "ours ref direct" ;;
-  *) echo "ref direct ours" ;;
-  esac
+  local -a l=($LABELS)
+  local i n=${#l[@]}
+  for ((i = 0; i < n; i++)); do printf '%s ' "${l[(i + ROUND - 1) % n]}"; done
+}
+# cpu_ticks: the API server's utime+stime, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$CL_APISERVER_PID/stat"; }
+TCK=$(getconf CLK_TCK)
+# t L WHAT CMD...: measurement m, with the API server's CPU and the wall time around it recorded
+# (kind apicpu) when there is a control plane: a port-forward costs it CPU for every byte, the
+# other paths only its background (watches, kwok's Node heartbeats).
+t() {
+  local l=$1 what=$2 c0 w0 c1 w1
+  shift 2
+  if [ "$CLUSTER" != yes ]; then m "$@"; return; fi
+  c0=$(cpu_ticks) w0=$(date +%s.%N)
+  m "$@"
+  c1=$(cpu_ticks) w1=$(date +%s.%N)
+  printf '{"kind":"apicpu","label":"%s","what":"%s","bytes":%s,"cpu_s":%s,"seconds":%s}\n' \
+    "$l" "$what" "$BYTES" "$(awk -v a="$c0" -v b="$c1" -v t="$TCK" 'BEGIN {print (b - a) / t}')" \
+    "$(awk -v a="$w0" -v b="$w1" 'BEGIN {print b - a}')" >>"$RES"
 }
 
 {
@@ -132,8 +230,13 @@ order() {
   ours_line
   echo "our router: $SANDBOXD_ROUTER"
   echo "reference router: $REFERENCE_MODULE/$REFERENCE_ROUTER_CMD@$REFERENCE_VERSION (HTTP only)"
+  if [ "$CLUSTER" = yes ]; then
+    echo "control plane: test/controller's (etcd, kube-apiserver, kwok) holding $KNOWN Sandboxes and their Pods; both routers' caches on (known: ours ${KNOWNBY[ours]:-?}, the reference ${KNOWNBY[ref]:-?}); port-forward: kubectl $("$SANDBOXD_TOOLS/kubectl" version --client 2>/dev/null | awk '/Client Version/ {print $3}') port-forward through kube-apiserver $("$SANDBOXD_TOOLS/kube-apiserver" --version 2>/dev/null | awk '{print $2}') and kwok's kubelet server"
+  else
+    echo "control plane: none (--no-cluster): no port-forward column, the routers' caches off"
+  fi
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (anything but this benchmark running adds noise)"
-  echo "options: rounds=$ROUNDS bytes=$BYTES duration=$DURATION sandboxes=$SANDBOXES conns=$CONNS"
+  echo "options: rounds=$ROUNDS bytes=$BYTES duration=$DURATION sandboxes=$SANDBOXES conns=$CONNS cluster=$CLUSTER known=$KNOWN"
 } >"$RUN/header.txt"
 cat "$RUN/header.txt" >&2
 
@@ -147,14 +250,18 @@ for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
     if [ "$l" != ref ]; then # gRPC: the reference router cannot carry it
       m via "$l" "$SBX" exec -addr "${ADDR[$l]}" -label "$l" -cmd /bin/true -name true \
         -duration "$DURATION" -out "$RES"
-      m via "$l" "$SBX" stream -addr "${ADDR[$l]}" -label "$l" -bytes "$BYTES" -out "$RES"
+      t "$l" stream via "$l" "$SBX" stream -addr "${ADDR[$l]}" -label "$l" -bytes "$BYTES" -out "$RES"
+      t "$l" stdin via "$l" "$SBX" stdin -addr "${ADDR[$l]}" -label "$l" -bytes "$BYTES" -out "$RES"
     fi
-    m via "$l" "$SBX" restget -url "${URL[$l]}/v1/files/big.bin" -label "$l" -bytes "$BYTES" -out "$RES"
+    t "$l" rest_get via "$l" "$SBX" restget -url "${URL[$l]}/v1/files/big.bin" -label "$l" \
+      -bytes "$BYTES" -out "$RES"
     rm -f "$RUN/roots/0/up.bin"
-    m via "$l" "$SBX" restput -url "${URL[$l]}/v1/files/up.bin" -label "$l" -bytes "$BYTES" \
-      -check "$RUN/roots/0/up.bin" -out "$RES"
-    m via "$l" "$SBX" restsmall -url "${URL[$l]}/v1/files/small.txt" -label "$l" -what file \
-      -conns "$CONNS" -duration "$DURATION" -warmup 1s -out "$RES"
+    t "$l" rest_put via "$l" "$SBX" restput -url "${URL[$l]}/v1/files/up.bin" -label "$l" \
+      -bytes "$BYTES" -check "$RUN/roots/0/up.bin" -out "$RES"
+    # Not through the port-forward: a rate of small requests there would measure kubectl's
+    # stream set-up for each of wrk's connections more than the path.
+    [ "$l" = pf ] || m via "$l" "$SBX" restsmall -url "${URL[$l]}/v1/files/small.txt" -label "$l" \
+      -what file -conns "$CONNS" -duration "$DURATION" -warmup 1s -out "$RES"
   done
 done 2> >(tee "$RUN/progress.txt" >&2)
 
@@ -174,11 +281,8 @@ for l in direct ours; do
   cat "$RUN"/fan-$l-*.jsonl >>"$RES"
 done
 metrics=$(curl -sf "http://127.0.0.1:${MPORT[ours]}/metrics" || true)
-for r in ours ref; do
-  printf '{"kind":"rss","label":"%s","rss_kib":%s,"hwm_kib":%s}\n' "$r" \
-    "$(awk '/^VmRSS/ {print $2}' "/proc/${PID[$r]}/status")" \
-    "$(awk '/^VmHWM/ {print $2}' "/proc/${PID[$r]}/status")" >>"$RES"
-done
+[ "$CLUSTER" = yes ] && KNOWNBY[ours]=$(awk '$1 == "sandbox_router_cache_entries" {print $2}' <<<"$metrics")
+rss_line rss
 printf '{"kind":"upstreams","label":"ours","open":%s,"created":%s}\n' \
   "$(awk '$1 == "sandbox_router_upstream_connections" {print $2}' <<<"$metrics" | grep . || echo null)" \
   "$(awk '$1 == "sandbox_router_upstream_connections_created_total" {print $2}' <<<"$metrics" | grep . || echo null)" >>"$RES"

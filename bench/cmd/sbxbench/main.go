@@ -5,6 +5,7 @@
 //	sbxbench exec   -addr A -label L -cmd PROG -clients N   Execute latency and calls/s
 //	sbxbench rtt    -addr A -label L                        one gRPC round trip (health Check)
 //	sbxbench stream -addr A -label L -bytes N               Start streaming throughput
+//	sbxbench stdin  -addr A -label L -bytes N               WriteStdin throughput into `wc -c`
 //	sbxbench spawn  -cmd PROG                               local spawn+wait latency
 //	sbxbench cmd    -label L -- ARGV...                     an external command's latency (ssh)
 //	sbxbench pipe   -bytes N                                local raw pipe throughput
@@ -36,7 +37,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|spawn|cmd|pipe|ready|wait|freeport|report|restput|restget|floorput|floorget|restsmall|restreport|term|termreport} [flags]")
+	fmt.Fprintln(os.Stderr, "usage: sbxbench {exec|rtt|stream|stdin|spawn|cmd|pipe|ready|wait|freeport|report|restput|restget|floorput|floorget|restsmall|restreport|term|termreport} [flags]")
 	os.Exit(2)
 }
 
@@ -48,6 +49,7 @@ func main() {
 		"exec":     cmdExec,
 		"rtt":      cmdRTT,
 		"stream":   cmdStream,
+		"stdin":    cmdStdin,
 		"spawn":    cmdSpawn,
 		"pipe":     cmdPipe,
 		"ready":    cmdReady,
