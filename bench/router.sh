@@ -113,16 +113,34 @@ wait_http() {
 
 # The sandboxes: sandboxd daemons on loopback, each with a root of its own; the first is the
 # one every measurement but the fan-out uses.
-declare -a GP RP
-for ((i = 0; i < SANDBOXES; i++)); do
-  read -r "GP[$i]" "RP[$i]" < <("$SBX" freeport -n 2)
-  mkdir -p "$RUN/roots/$i"
-  "${DENV[@]}" "$SANDBOXD" --listen-host 127.0.0.1 --grpc-port "${GP[i]}" --rest-port "${RP[i]}" \
-    --root-dir "$RUN/roots/$i" >>"$RUN/logs/sandboxd-$i.log" 2>&1 &
+declare -a GP RP DP
+start_daemon() {
+  read -r "GP[$1]" "RP[$1]" < <("$SBX" freeport -n 2)
+  mkdir -p "$RUN/roots/$1"
+  "${DENV[@]}" "$SANDBOXD" --listen-host 127.0.0.1 --grpc-port "${GP[$1]}" --rest-port "${RP[$1]}" \
+    --root-dir "$RUN/roots/$1" >>"$RUN/logs/sandboxd-$1.log" 2>&1 &
+  DP[$1]=$!
   PIDS+=("$!")
-  [ "$i" = 0 ] && DPID=$!
-done
-for ((i = 0; i < SANDBOXES; i++)); do wait_http "http://127.0.0.1:${RP[i]}/v1/health"; done
+}
+# wait_daemon I: until daemon I answers; one that exited (a port free when picked, taken before
+# it bound: other work on the machine picks ports too) starts again on new ports, 3 times at most.
+wait_daemon() {
+  local try j
+  for ((try = 0; try < 4; try++)); do
+    for ((j = 0; j < 600; j++)); do
+      curl -sf -o /dev/null "http://127.0.0.1:${RP[$1]}/v1/health" && return 0
+      kill -0 "${DP[$1]}" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -0 "${DP[$1]}" 2>/dev/null && break
+    echo "router.sh: sandboxd $1 exited (logs/sandboxd-$1.log); starting it on other ports" >&2
+    start_daemon "$1"
+  done
+  echo "router.sh: sandboxd $1 did not answer" >&2
+  return 1
+}
+for ((i = 0; i < SANDBOXES; i++)); do start_daemon "$i"; done
+for ((i = 0; i < SANDBOXES; i++)); do wait_daemon "$i"; done
 
 # The control plane, with $KNOWN Sandboxes, and the port-forward of sandbox 0 (sb-0).
 CACHE=()
@@ -236,7 +254,7 @@ t() {
     echo "control plane: none (--no-cluster): no port-forward column, the routers' caches off"
   fi
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (anything but this benchmark running adds noise)"
-  echo "options: rounds=$ROUNDS bytes=$BYTES duration=$DURATION sandboxes=$SANDBOXES conns=$CONNS cluster=$CLUSTER known=$KNOWN"
+  echo "options: rounds=$ROUNDS bytes=$BYTES duration=$DURATION sandboxes=$SANDBOXES conns=$CONNS cluster=$CLUSTER$([ "$CLUSTER" = yes ] && echo " known=$KNOWN")"
 } >"$RUN/header.txt"
 cat "$RUN/header.txt" >&2
 
