@@ -70,9 +70,21 @@ def trailer_lines(text, limit=8):
 
 def rows_standard(area, head, rows):
     """run.sh, rest.sh and terminal.sh: measure | ours | reference | floor / pipe | ratio | target |
-    result."""
-    return [{"area": area, "measure": r[0], "ours": r[1], "reference": r[2], "floor": r[3],
-             "ratio": r[4], "target": r[5], "result": r[6]} for r in rows if len(r) >= 7]
+    result. A column more (router.sh's port-forward, between reference and floor) goes into
+    the measure's text, as "(port-forward: figure)", when it holds a figure."""
+    if len(head) == 7:
+        return [{"area": area, "measure": r[0], "ours": r[1], "reference": r[2], "floor": r[3],
+                 "ratio": r[4], "target": r[5], "result": r[6]} for r in rows if len(r) >= 7]
+    extra = [i for i in range(3, len(head) - 4)]  # past reference, before floor
+    out = []
+    for r in rows:
+        if len(r) < len(head):
+            continue
+        more = "; ".join(f"{head[i]}: {r[i]}" for i in extra if r[i] not in ("", "—"))
+        out.append({"area": area, "measure": f"{r[0]} ({more})" if more else r[0], "ours": r[1],
+                    "reference": r[2], "floor": r[-4], "ratio": r[-3], "target": r[-2],
+                    "result": r[-1]})
+    return out
 
 
 def rows_ssh(area, head, rows):
