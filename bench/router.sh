@@ -16,9 +16,8 @@
 #   bench/router.sh --no-cluster   no control plane: no port-forward column, routers uncached
 #
 # Options (after --quick, to override it):
-#   --rounds N       rounds; each measures direct, ours and the reference once, their order
-#                    turned every round (3)
-#   --bytes N        size of each upload, download and Start stream (104857600)
+#   --rounds N       rounds; each measures every path once, their order turned every round (3)
+#   --bytes N        size of each upload, download, Start stream and stdin (104857600)
 #   --duration D     recorded window of each latency and small-request run, Go syntax (2s)
 #   --sandboxes N    sandboxd daemons, one client each, for the fan-out row (16)
 #   --conns N        keep-alive connections for small requests (32)
@@ -98,6 +97,9 @@ stop_cluster() {
   fi
 }
 trap 'stop_cluster; cleanup' EXIT
+# A signal ends the run through the EXIT trap too: the control plane is not left running.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 DENV=(env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" LANG=C.UTF-8)
 
 # wait_http URL: until URL answers 200 (30 s at most).
