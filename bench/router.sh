@@ -25,6 +25,9 @@
 #                    default when etcd, kube-apiserver, kwok and kubectl are in $SANDBOXD_TOOLS)
 #   --no-cluster     none of that
 #   --known N        Sandboxes (each with its Pod) the control plane holds (1000)
+#   --roots DIR      where the sandboxes' root directories go (/dev/shm when it is a tmpfs, else
+#                    the run's directory): on a tmpfs an upload's fsync costs nothing, so the
+#                    upload rows measure the paths, not the disk every path waits on alike
 #   --rev REV        build sandboxd and the router from commit REV instead of the work tree
 #   --out DIR        build and result directory, outside the repo (/tmp/sandboxd-bench)
 #
@@ -35,7 +38,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH=$REPO/bench
 OUT=/tmp/sandboxd-bench
-ROUNDS=3 BYTES=104857600 DURATION=2s SANDBOXES=16 CONNS=32 REV= CLUSTER=auto KNOWN=1000
+ROUNDS=3 BYTES=104857600 DURATION=2s SANDBOXES=16 CONNS=32 REV= CLUSTER=auto KNOWN=1000 ROOTS_IN=
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
   --cluster) CLUSTER=yes ;;
   --no-cluster) CLUSTER=no ;;
   --known) KNOWN=$2; shift ;;
+  --roots) ROOTS_IN=$2; shift ;;
   --rev) REV=$2; shift ;;
   --out) OUT=$2; shift ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -80,13 +84,18 @@ elif [ "$CLUSTER" = yes ] && [ -n "$(cluster_missing)" ]; then
 fi
 
 RUN=$OUT/router-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$RUN/logs" "$RUN/roots"
+mkdir -p "$RUN/logs"
+if [ -z "$ROOTS_IN" ]; then
+  ROOTS_IN=$RUN
+  [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && ROOTS_IN=/dev/shm
+fi
+ROOTS=$(mktemp -d "$ROOTS_IN/sandboxd-bench-roots.XXXXXX")
 RES=$RUN/results.jsonl
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$RUN/roots"
+  rm -rf "$ROOTS"
 }
 # The control plane stops after the routers (their informers would log its going) and before
 # the daemons, kwok forwarding to sandbox 0.
@@ -118,9 +127,9 @@ wait_http() {
 declare -a GP RP DP
 start_daemon() {
   read -r "GP[$1]" "RP[$1]" < <("$SBX" freeport -n 2)
-  mkdir -p "$RUN/roots/$1"
+  mkdir -p "$ROOTS/$1"
   "${DENV[@]}" "$SANDBOXD" --listen-host 127.0.0.1 --grpc-port "${GP[$1]}" --rest-port "${RP[$1]}" \
-    --root-dir "$RUN/roots/$1" >>"$RUN/logs/sandboxd-$1.log" 2>&1 &
+    --root-dir "$ROOTS/$1" >>"$RUN/logs/sandboxd-$1.log" 2>&1 &
   DP[$1]=$!
   PIDS+=("$!")
 }
@@ -256,13 +265,14 @@ t() {
     echo "control plane: none (--no-cluster): no port-forward column, the routers' caches off"
   fi
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (anything but this benchmark running adds noise)"
+  echo "sandbox roots: $ROOTS_IN ($(stat -f -c %T "$ROOTS_IN"))"
   echo "options: rounds=$ROUNDS bytes=$BYTES duration=$DURATION sandboxes=$SANDBOXES conns=$CONNS cluster=$CLUSTER$([ "$CLUSTER" = yes ] && echo " known=$KNOWN")"
 } >"$RUN/header.txt"
 cat "$RUN/header.txt" >&2
 
-head -c 100 /dev/zero | tr '\0' x >"$RUN/roots/0/small.txt"
-head -c "$BYTES" /dev/urandom >"$RUN/roots/0/big.bin"
-cat "$RUN/roots/0/big.bin" >/dev/null
+head -c 100 /dev/zero | tr '\0' x >"$ROOTS/0/small.txt"
+head -c "$BYTES" /dev/urandom >"$ROOTS/0/big.bin"
+cat "$ROOTS/0/big.bin" >/dev/null
 
 for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
   log "round $ROUND/$ROUNDS (load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -275,9 +285,9 @@ for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
     fi
     t "$l" rest_get via "$l" "$SBX" restget -url "${URL[$l]}/v1/files/big.bin" -label "$l" \
       -bytes "$BYTES" -out "$RES"
-    rm -f "$RUN/roots/0/up.bin"
+    rm -f "$ROOTS/0/up.bin"
     t "$l" rest_put via "$l" "$SBX" restput -url "${URL[$l]}/v1/files/up.bin" -label "$l" \
-      -bytes "$BYTES" -check "$RUN/roots/0/up.bin" -out "$RES"
+      -bytes "$BYTES" -check "$ROOTS/0/up.bin" -out "$RES"
     # Not through the port-forward: a rate of small requests there would measure kubectl's
     # stream set-up for each of wrk's connections more than the path.
     [ "$l" = pf ] || m via "$l" "$SBX" restsmall -url "${URL[$l]}/v1/files/small.txt" -label "$l" \
