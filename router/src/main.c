@@ -495,6 +495,24 @@ static void stop(struct router *r)
     sbx_kube_free(r->kube);
 }
 
+/* Waits for a signal of set. Meanwhile, once a second, memory the allocator holds free beyond
+ * TRIM_SLACK goes back to the kernel: a burst of streams leaves the heap with holes that glibc
+ * returns only when its top is free, so an idle router would keep a burst's size for good. */
+#define TRIM_SLACK (4u << 20)
+static int wait_for_signal(const sigset_t *set)
+{
+    const struct timespec second = {.tv_sec = 1};
+    int sig;
+
+    while ((sig = sigtimedwait(set, NULL, &second)) < 0) {
+#ifdef __GLIBC__
+        if (errno == EAGAIN && mallinfo2().fordblks > TRIM_SLACK)
+            malloc_trim(0);
+#endif
+    }
+    return sig;
+}
+
 int main(int argc, char **argv)
 {
     struct sbx_flags f = {.flag = flag_table,
@@ -555,7 +573,7 @@ int main(int argc, char **argv)
     }
     log_info("sandboxd-router %s ready (authz %s)", SANDBOXD_VERSION,
              sbx_authz_mode_name(arg_authz_mode));
-    sigwait(&set, &sig);
+    sig = wait_for_signal(&set);
     log_info("%s: draining (up to %llu ms)", strsignal(sig),
              (unsigned long long)arg_shutdown_timeout_ms);
     sbx_router_http_set_ready(r.http, false);
