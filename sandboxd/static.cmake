@@ -2,7 +2,7 @@
 # binary that is injected into images of any kind (Debian, Alpine, distroless, scratch). Built
 # from the same static libraries of the core and adapters as `sandboxd`; only the final link
 # differs: Debian's static archives (libgrpc_unsecure.a, libupb.a, c-ares, re2,
-# address_sorting, abseil, zlib, protobuf-c, libmicrohttpd, jansson, libcrypto) and glibc's
+# address_sorting, abseil, zlib, protobuf-c, libmicrohttpd, jansson, libcrypto, nghttp2) and glibc's
 # libc.a. glibc's getaddrinfo is linked in (gRPC resolves its listen addresses with it), but a
 # numeric address never reaches NSS, so no libnss_* module or /etc file is needed at run time;
 # the tests in test/image run the binary in a tree that holds nothing else.
@@ -34,7 +34,7 @@ list(GET SBX_MHD_STATIC 0 SBX_MHD_STATIC)
 # grpc_unsecure.pc leaves out (upb, c-ares, re2, address_sorting). A library the core or the
 # adapters start to use goes here too.
 pkg_check_modules(GRPC_STATIC REQUIRED grpc_unsecure gpr zlib)
-pkg_check_modules(SUPPORT_STATIC REQUIRED jansson libprotobuf-c libcrypto libseccomp)
+pkg_check_modules(SUPPORT_STATIC REQUIRED jansson libprotobuf-c libcrypto libseccomp libnghttp2)
 
 set(SBX_STATIC_LIBS -Wl,--start-group ${GRPC_STATIC_STATIC_LIBRARIES} upb cares re2 address_sorting
     ${SUPPORT_STATIC_STATIC_LIBRARIES} -Wl,--end-group)

@@ -25,13 +25,13 @@ SCHEMATHESIS_VERSION=4.32.5
 DAEMON_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
-  libmicrohttpd-dev libjansson-dev libseccomp-dev libssl-dev libcurl4-openssl-dev libyaml-dev python3
+  libmicrohttpd-dev libnghttp2-dev libjansson-dev libseccomp-dev libssl-dev libcurl4-openssl-dev libyaml-dev python3
   golang-go curl ca-certificates
 )
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
   libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
-  libmicrohttpd-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev libyaml-dev
+  libmicrohttpd-dev libnghttp2-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev libyaml-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
   golang-go curl ca-certificates wrk
   # test/router/test_tls.py makes its certificates with the openssl tool.

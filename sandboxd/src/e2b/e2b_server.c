@@ -378,6 +378,7 @@ int sbx_e2b_start(struct sbx_e2b_server **ret, const struct sbx_e2b_opts *o, str
         .arg = NULL,
         .routes = routes,
         .n_routes = SBX_ARRAY_SIZE(routes),
+        .h2c = true, /* envd serves Connect over HTTP/1.1 and h2c alike */
     };
     int port;
 

@@ -30,6 +30,10 @@
 #define ACCEPT_BATCH 1024  /* connections accepted per wake-up: a full backlog drops SYNs */
 #define PEER_BUCKETS 1024
 
+/* How an HTTP/2 connection with prior knowledge opens (RFC 9113 §3.4). */
+static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define H2_PREFACE_LEN (sizeof(h2_preface) - 1)
+
 enum state { NEW, HELD, LINGER, SERVED, DEAD }; /* NEW: in no list yet; DEAD: freed */
 
 struct link {
@@ -359,6 +363,14 @@ static bool by_fd_set(struct sbx_gate *g, int fd, struct sbx_gate_conn *c)
     return true;
 }
 
+/* Takes a held connection out of the gate's watch and lists, for a hand-over. */
+static void unhold(struct sbx_gate *g, struct sbx_gate_conn *c)
+{
+    epoll_ctl(g->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    list_remove(&g->held, c, false);
+    list_remove(&c->peer->held, c, true);
+}
+
 /* Hands a connection whose head passed to the server. Unlocks around the hand-over: the server
  * may report on the connection at once, from its own threads. */
 static void serve(struct sbx_gate *g, struct sbx_gate_conn *c)
@@ -367,9 +379,7 @@ static void serve(struct sbx_gate *g, struct sbx_gate_conn *c)
     socklen_t len = c->addr_len;
     int fd = c->fd;
 
-    epoll_ctl(g->ep, EPOLL_CTL_DEL, fd, NULL);
-    list_remove(&g->held, c, false);
-    list_remove(&c->peer->held, c, true);
+    unhold(g, c);
     c->state = SERVED;
     c->busy = true; /* until the server has answered the head that is waiting */
     g->served++;
@@ -378,6 +388,30 @@ static void serve(struct sbx_gate *g, struct sbx_gate_conn *c)
     pthread_mutex_lock(&g->lock);
     if (r < 0 && (size_t)fd < g->by_fd_len && g->by_fd[fd] == c)
         served_forget(g, c);
+}
+
+/* Hands a connection that opened with the HTTP/2 preface to the h2c front and forgets it: the
+ * front keeps its own limits. Unlocks around the hand-over, as serve does. */
+static void hand_h2(struct sbx_gate *g, struct sbx_gate_conn *c)
+{
+    struct sockaddr_storage addr = c->addr;
+    socklen_t len = c->addr_len;
+    int fd = c->fd;
+
+    unhold(g, c);
+    if ((size_t)fd < g->by_fd_len && g->by_fd[fd] == c)
+        g->by_fd[fd] = NULL;
+    peer_release(g, c->peer);
+    free(c);
+    pthread_mutex_unlock(&g->lock);
+    g->o.hand_h2(g->o.arg, fd, (const struct sockaddr *)&addr, len);
+    pthread_mutex_lock(&g->lock);
+}
+
+/* Whether the n bytes peeked are the HTTP/2 preface or its beginning. */
+static bool h2_preface_prefix(const char *buf, size_t n)
+{
+    return memcmp(buf, h2_preface, n < H2_PREFACE_LEN ? n : H2_PREFACE_LEN) == 0;
 }
 
 /* Looks at what a held connection sent: still half a head (HELD), refused (LINGER), handed to
@@ -397,6 +431,17 @@ static enum state on_held(struct sbx_gate *g, struct sbx_gate_conn *c, uint32_t 
         return HELD;
     }
     c->got_bytes = true;
+    if (g->o.hand_h2 && h2_preface_prefix(g->buf, (size_t)n)) {
+        if ((size_t)n >= H2_PREFACE_LEN) {
+            hand_h2(g, c);
+            return SERVED;
+        }
+        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+            conn_close(g, c); /* half a preface, and no more will come */
+            return DEAD;
+        }
+        return HELD;
+    }
     end = sbx_http_head_end(g->buf, (size_t)n);
     if (!end) {
         if ((size_t)n == sizeof(g->buf))

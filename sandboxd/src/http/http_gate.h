@@ -38,6 +38,10 @@ struct sbx_gate_opts {
     bool (*is_probe)(const char *path, size_t len);
     /* Serves a connection whose first head passed; takes fd, even on failure (-errno). */
     int (*hand)(void *arg, int fd, const struct sockaddr *peer, socklen_t len);
+    /* Takes a connection that opens with the HTTP/2 client preface (h2c with prior knowledge),
+     * even on failure (-errno); the gate forgets it. NULL: such a connection is refused (505) like
+     * any other head that is not HTTP/1.x. */
+    int (*hand_h2)(void *arg, int fd, const struct sockaddr *peer, socklen_t len);
     void *arg;
 };
 

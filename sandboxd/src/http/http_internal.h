@@ -17,11 +17,13 @@ struct sbx_multipart;
 struct sbx_tar_unpack;
 
 struct sbx_gate;
+struct sbx_h2c;
 struct sbx_ws_set;
 
 struct sbx_http {
     struct MHD_Daemon *mhd;
     struct sbx_gate *gate; /* accepts for the server; NULL with opts.external */
+    struct sbx_h2c *h2c;   /* with opts.h2c: the HTTP/2 front the gate hands h2c to */
     struct sbx_ws_set *ws; /* upgraded connections; NULL without opts.jobs */
     struct sbx_http_opts o;
     time_t started;

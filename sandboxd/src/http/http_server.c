@@ -14,6 +14,7 @@
 
 #include "auth.h"
 #include "cleanup.h"
+#include "h2c.h"
 #include "http_gate.h"
 #include "http_head.h"
 #include "http_internal.h"
@@ -34,6 +35,9 @@ struct hconn {
 
 /* Health probes get connections beyond --http-max-connections, up to this many more. */
 #define PROBE_RESERVE 32
+
+/* h2c streams open at once over all connections, each one a connection of the server's. */
+#define H2C_MAX_STREAMS 512
 
 static enum MHD_Result route(struct hctx *c, const char *url, const char *method);
 
@@ -367,6 +371,30 @@ static int hand_over(void *arg, int fd, const struct sockaddr *peer, socklen_t l
     return 0;
 }
 
+static int hand_h2(void *arg, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    struct sbx_http *h = arg;
+
+    return sbx_h2c_hand(h->h2c, fd, peer, len);
+}
+
+/* The h2c front, when asked for; its streams are served by hand_over. */
+static int start_h2c(struct sbx_http *h, struct sbx_gate_opts *g, struct sbx_error *err)
+{
+    struct sbx_h2c_opts o = {
+        .max_connections = h->o.max_connections,
+        .max_streams = H2C_MAX_STREAMS,
+        .idle_timeout_s = h->o.idle_timeout_s ? h->o.idle_timeout_s : 60,
+        .serve = hand_over,
+        .arg = h,
+    };
+
+    if (!h->o.h2c || h->o.external)
+        return 0;
+    g->hand_h2 = hand_h2;
+    return sbx_h2c_start(&h->h2c, &o, err);
+}
+
 static struct MHD_Daemon *start_mhd(struct sbx_http *h, unsigned flags, unsigned max_connections)
 {
     const struct sbx_http_opts *o = &h->o;
@@ -420,7 +448,9 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
      * process_ in daemon.c), and every later call of that worker deadlocks. */
     h->mhd = start_mhd(h, o->external ? 0 : flags,
                        o->external ? o->max_connections + PROBE_RESERVE
-                                   : sbx_gate_ceiling(&g) * (o->threads ? o->threads : 4u) + 1);
+                                   : (sbx_gate_ceiling(&g) + (o->h2c ? H2C_MAX_STREAMS : 0)) *
+                                             (o->threads ? o->threads : 4u) +
+                                         1);
     if (!h->mhd) {
         sbx_http_stop(h);
         return sbx_error_set(err, ENOMEM, "start http server");
@@ -432,6 +462,10 @@ int sbx_http_start(struct sbx_http **ret, const struct sbx_http_opts *o, struct 
     /* Held connections cost the gate an fd and a little memory each: room for a burst several
      * times the served limit. */
     g.max_pending = o->max_connections * 4 > 4096 ? o->max_connections * 4 : 4096;
+    if ((port = start_h2c(h, &g, err)) < 0) {
+        sbx_http_stop(h);
+        return port;
+    }
     port = sbx_gate_start(&h->gate, &g, err);
     if (port < 0) {
         sbx_http_stop(h);
@@ -478,6 +512,7 @@ void sbx_http_stop(struct sbx_http *h)
     if (!h)
         return;
     sbx_gate_stop(h->gate); /* no more connections handed over */
+    sbx_h2c_free(h->h2c);   /* its streams' connections close: their calls see clients gone */
     sbx_ws_set_free(h->ws); /* libmicrohttpd stops only once every upgraded socket is back */
     if (h->mhd)
         MHD_stop_daemon(h->mhd);

@@ -55,6 +55,9 @@ struct sbx_http_opts {
      * gate, head checks and thread pool. Borrowed. */
     const struct route *routes;
     size_t n_routes;
+    /* Serve h2c (HTTP/2 with prior knowledge, h2c.h) on the port too, every route through its
+     * HTTP/1.1 implementation. */
+    bool h2c;
 };
 
 /* Binds and starts serving; returns the bound port or -errno. */
