@@ -33,6 +33,8 @@ DEB_PACKAGES=(
   libgrpc-dev protobuf-compiler protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev
   libmicrohttpd-dev libnghttp2-dev libjansson-dev libseccomp-dev libcurl4-openssl-dev libyaml-dev
   python3 python3-grpcio python3-protobuf python3-pytest python3-yaml python3-venv
+  # test/hostile/test_h2c_hostile.py: an HTTP/2 client that misbehaves on purpose.
+  python3-h2
   golang-go curl ca-certificates wrk
   # test/router/test_tls.py makes its certificates with the openssl tool.
   openssl

@@ -90,12 +90,14 @@ static void submit(struct h2c_stream *s, const nghttp2_nv *nv, size_t n, bool bo
 /* Answers the stream from here, as the gate answers what it refuses: a JSON error. */
 static void answer(struct h2c_stream *s, unsigned status, const char *code, const char *message)
 {
-    char st[8];
+    char st[8] = "";
     int n =
         snprintf(s->out, sizeof(s->out), "{\"code\":\"%s\",\"message\":\"%s\"}\n", code, message);
-    nghttp2_nv nv[] = {NV(":status", st), NV("content-type", "application/json")};
+    nghttp2_nv nv[2];
 
-    snprintf(st, sizeof(st), "%u", status);
+    snprintf(st, sizeof(st), "%u", status); /* before NV() takes its length */
+    nv[0] = (nghttp2_nv)NV(":status", st);
+    nv[1] = (nghttp2_nv)NV("content-type", "application/json");
     s->out_off = 0;
     s->out_len = n > 0 ? (size_t)n : 0;
     s->resp_end = true;
