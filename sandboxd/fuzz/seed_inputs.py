@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of corpus/{path,http_args,move_body,grpc_requests,http_requests,
-http_head,ws_frame,connect,pbjson}/ (already committed: rerun only to change them). Each is small and names one case the
+http_head,ws_frame,connect,pbjson,h2c_resp}/ (already committed: rerun only to change them). Each is small and names one case the
 target must get right; the input formats are described at the top of each fuzz_<name>.c."""
 import json
 import os
@@ -521,3 +521,34 @@ pbjson = [
 ]
 for name, t, text in pbjson:
     write('pbjson', name, bytes([PB[t]]) + text.encode())
+
+# --- h2c_resp: an HTTP/1.1 response as libmicrohttpd writes it on an h2c stream's socketpair;
+# the first byte: bit 0 the request was HEAD, the rest the size of the pieces fed (plus 1)
+H = 'HTTP/1.1 200 OK\r\nDate: Wed, 02 Dec 2026 13:00:00 GMT\r\n'
+h2c_resp = [
+    ('length', 0x00, H + 'Content-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello'),
+    ('length_pieces', 0x06, H + 'Content-Length: 11\r\n\r\nhello world'),
+    ('length_zero', 0x00, 'HTTP/1.1 204 No Content\r\n\r\n'),
+    ('chunked', 0x00, H + 'Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1;ext=1\r\n!\r\n0\r\n\r\n'),
+    ('chunked_bytes', 0x00, H + 'Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n'),
+    ('chunked_connect', 0x14, H + 'Content-Type: application/connect+json\r\n'
+     'Transfer-Encoding: chunked\r\n\r\n7\r\n\x00\x00\x00\x00\x02{}\r\n0\r\n\r\n'),
+    ('until_eof', 0x00, 'HTTP/1.0 200 OK\r\nConnection: close\r\n\r\nrest of the stream'),
+    ('head_method', 0x01, H + 'Content-Length: 100\r\n\r\n'),
+    ('continue', 0x00, 'HTTP/1.1 100 Continue\r\n\r\n' + H + 'Content-Length: 2\r\n\r\nok'),
+    ('switching', 0x00, 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n'),
+    ('cl_and_te', 0x00, H + 'Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'),
+    ('cl_twice', 0x00, H + 'Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd'),
+    ('te_gzip', 0x00, H + 'Transfer-Encoding: gzip\r\n\r\n'),
+    ('bad_chunk', 0x00, H + 'Transfer-Encoding: chunked\r\n\r\nzz\r\n'),
+    ('chunk_no_crlf', 0x00, H + 'Transfer-Encoding: chunked\r\n\r\n1\r\nab\r\n'),
+    ('bare_lf', 0x00, 'HTTP/1.1 200 OK\nContent-Length: 0\n\n'),
+    ('folded', 0x00, H + 'X-A: 1\r\n  2\r\nContent-Length: 0\r\n\r\n'),
+    ('bad_status', 0x00, 'HTTP/1.1 2x0 OK\r\n\r\n'),
+    ('http2_status', 0x00, 'HTTP/2 200\r\n\r\n'),
+    ('cut', 0x00, H + 'Content-Length: 10\r\n\r\nabc'),
+    ('huge_chunk', 0x00, H + 'Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nab'),
+    ('many_fields', 0x00, H + ''.join(f'X-{i}: v\r\n' for i in range(70)) + '\r\n'),
+]
+for name, b0, text in h2c_resp:
+    write('h2c_resp', name, bytes([b0]) + text.encode('latin-1'))
