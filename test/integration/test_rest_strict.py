@@ -84,6 +84,8 @@ MALFORMED = [
     ("folded", b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400, "folding"),
     ("bad-escape", b"GET /v1/files/%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400, "percent-escape"),
     ("http-9", b"GET /v1/health HTTP/9.9\r\nHost: x\r\n\r\n", 505, "HTTP/1.1"),
+    # h2c is the E2B port's alone: here its preface is one more version not served
+    ("h2c-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "HTTP/1.1"),
     ("cl-and-te", b"PUT /v1/files/strict.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
      b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400, "Transfer-Encoding"),
     ("two-cl", b"PUT /v1/files/strict.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
