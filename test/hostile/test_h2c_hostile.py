@@ -1,8 +1,9 @@
 """Hostile h2c clients of the E2B port (HTTP/2 with prior knowledge, bridged stream by stream to
 the HTTP/1.1 server): garbage after the preface, a header block past the limit, more streams
-than allowed on one connection and over all of them, and a Start stream whose client never reads
-(nor opens its window). Each gets a clear error (GOAWAY, RST_STREAM, an HTTP error) or is held
-to its bounds; the daemon stays up, its memory bounded, and answers the next client.
+than allowed on one connection and over all of them, more connections than an address or the
+port may have, and a Start stream whose client never reads (nor opens its window). Each gets a
+clear error (GOAWAY, RST_STREAM, an HTTP error) or is held to its bounds; the daemon stays up,
+its memory bounded, and answers the next client.
 
 The client is the h2 library (Debian's python3-h2), driven by hand on a raw socket so that it can
 do what no well-behaved client does."""
@@ -17,9 +18,10 @@ import h2.connection
 import h2.events
 import h2.settings
 
+import sbxtest
 from sbx_integration_conftest import vm_rss_kib, wait_until
-from test_e2b_hostile import (FLOOD, MIB, abused, child_of, e2b_daemon, envelope, others_answer,
-                              over, settled, stopped, tagged, written)
+from test_e2b_hostile import (E2B_LISTENING, FLOOD, MIB, abused, child_of, e2b_daemon, envelope,
+                              others_answer, over, settled, stopped, tagged, written)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -54,7 +56,10 @@ class H2:
             return []
         evs = self.c.receive_data(data)
         self.seen += evs
-        self.flush()
+        try:
+            self.flush()  # acknowledgements, to a server that may have closed already
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         return evs
 
     def until(self, pred, what):
@@ -232,3 +237,60 @@ def test_start_whose_h2_client_never_reads(sandboxd_factory, tmp_path):
     wait_until(done.exists, 120, interval=0.1, what="the flood to run to its end")
     over(d, prober, "an h2c Start client that never reads")
     assert vm_rss_kib(d.proc.pid) is not None
+
+
+def test_connection_limits(sandboxd_factory):
+    """Per address and in all, as the gate holds HTTP/1.1 connections: an address past its share
+    gets GOAWAY; at the total, the connection idle longest is closed for a newcomer, and with
+    none idle the newcomer gets GOAWAY."""
+    d = sandboxd_factory(["--e2b-port", str(sbxtest.free_port()), "--http-max-connections", "4",
+                          "--http-max-connections-per-peer", "3"])
+    d.e2b_port = int(d.wait_line(E2B_LISTENING).group(1))
+
+    def served(h):
+        sid = h.request("GET", "/health")
+        e = h.until(lambda e: isinstance(e, (h2.events.ResponseReceived,
+                                             h2.events.ConnectionTerminated)), "an answer")
+        return isinstance(e, h2.events.ResponseReceived) and e.stream_id == sid
+
+    # 127.0.0.1 has three; a fourth from it is refused, and the three still serve.
+    mine = [H2(d.e2b_port) for _ in range(3)]
+    for h in mine:
+        h.flush()
+        assert served(h)
+    extra = H2(d.e2b_port)
+    extra.flush()
+    e = goaway_or_close(extra)
+    assert e is not None and e.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+    assert all(served(h) for h in mine)
+    # From another address (127.0.0.2) the total is reached with one more: then the one idle
+    # longest (mine[0], answered first) makes room for the next, and then, every connection
+    # with a stream open, the next is refused.
+    def other():
+        h = H2.__new__(H2)
+        h.s = socket.socket()
+        h.s.settimeout(20)
+        h.s.bind(("127.0.0.2", 0))
+        h.s.connect(("127.0.0.1", d.e2b_port))
+        h.c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        h.c.initiate_connection()
+        h.closed, h.seen = False, []
+        h.flush()
+        return h
+
+    a = other()
+    assert served(a)
+    b = other()
+    assert served(b)
+    e = goaway_or_close(mine[0])
+    assert e is not None and e.error_code == h2.errors.ErrorCodes.NO_ERROR
+    for h in [mine[1], mine[2], a, b]:
+        open_waiting_streams(h, 1)
+        h.settle()
+    c = other()
+    e = goaway_or_close(c)
+    assert e is not None and e.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+    for h in [mine[1], mine[2], a, b]:
+        h.close()
+    assert h2_health(d.e2b_port) == 204
+    others_answer(d)

@@ -6,6 +6,7 @@
 #include "h2c.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -127,7 +128,7 @@ static void conn_read(struct h2c_conn *c)
     }
 }
 
-static int conn_settings(struct h2c_conn *c, bool refuse)
+static int conn_settings(struct h2c_conn *c, uint32_t refuse)
 {
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, SBX_H2C_STREAMS_PER_CONNECTION},
@@ -141,12 +142,55 @@ static int conn_settings(struct h2c_conn *c, bool refuse)
     if (!r)
         r = nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0,
                                                   SBX_H2C_STREAMS_PER_CONNECTION * H2C_WINDOW);
-    if (!r && refuse)
-        r = nghttp2_session_terminate_session(c->s, NGHTTP2_REFUSED_STREAM);
+    if (!r && refuse != NGHTTP2_NO_ERROR)
+        r = nghttp2_session_terminate_session(c->s, refuse);
     return r;
 }
 
-/* A connection from the gate: its session, its settings; past the limit, GOAWAY at once. */
+/* Whether two connections come from the same address (the port aside). */
+static bool same_peer(const struct h2c_conn *a, const struct h2c_conn *b)
+{
+    const struct sockaddr_in *a4 = (const void *)&a->peer, *b4 = (const void *)&b->peer;
+    const struct sockaddr_in6 *a6 = (const void *)&a->peer, *b6 = (const void *)&b->peer;
+
+    if (a->peer.ss_family != b->peer.ss_family)
+        return false;
+    if (a->peer.ss_family == AF_INET)
+        return a4->sin_addr.s_addr == b4->sin_addr.s_addr;
+    if (a->peer.ss_family == AF_INET6)
+        return memcmp(&a6->sin6_addr, &b6->sin6_addr, sizeof(a6->sin6_addr)) == 0;
+    return true;
+}
+
+/* Whether a new connection may stay (NGHTTP2_NO_ERROR), else the GOAWAY code it gets: within
+ * its address's share, and within the total once the connection idle longest (no stream) is
+ * closed for it, as the gate closes an idle HTTP/1.1 connection for a newcomer. One scan: there
+ * are at most max_connections. */
+static uint32_t conn_room(struct sbx_h2c *f, struct h2c_conn *c)
+{
+    struct h2c_conn *idle = NULL;
+    unsigned same = 0;
+
+    for (struct h2c_conn *o = f->conns; o; o = o->next) {
+        if (o == c)
+            continue;
+        same += same_peer(o, c);
+        if (!o->n_streams && (!idle || o->active_ms < idle->active_ms))
+            idle = o;
+    }
+    if (same >= f->o.max_per_peer)
+        return NGHTTP2_ENHANCE_YOUR_CALM;
+    if (f->n_conns <= f->o.max_connections)
+        return NGHTTP2_NO_ERROR;
+    if (!idle)
+        return NGHTTP2_REFUSED_STREAM;
+    nghttp2_session_terminate_session(idle->s, NGHTTP2_NO_ERROR);
+    nghttp2_session_send(idle->s); /* its GOAWAY, if the socket takes it */
+    conn_kill(idle);
+    return NGHTTP2_NO_ERROR;
+}
+
+/* A connection from the gate: its session, its settings; past a limit, GOAWAY at once. */
 static void conn_admit(struct sbx_h2c *f, struct h2c_pending *p)
 {
     struct h2c_conn *c = calloc(1, sizeof(*c));
@@ -167,7 +211,7 @@ static void conn_admit(struct sbx_h2c *f, struct h2c_pending *p)
         f->conns->prev = c;
     f->conns = c;
     f->n_conns++;
-    if (conn_settings(c, f->n_conns > f->o.max_connections) != 0) {
+    if (conn_settings(c, conn_room(f, c)) != 0) {
         conn_kill(c);
         return;
     }

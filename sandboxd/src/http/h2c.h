@@ -11,9 +11,10 @@
  * so a client that never reads costs a bounded buffer and the server's own flow control takes
  * over. A reset stream closes its socketpair: the server sees its client gone.
  *
- * Limits: connections, streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS), streams in all
- * (beyond: REFUSED_STREAM), a header list of 16 KiB (beyond: the stream is reset), an idle
- * connection's lifetime (then GOAWAY). A protocol error ends the connection with GOAWAY. */
+ * Limits: connections in all and per client address, streams per connection
+ * (SETTINGS_MAX_CONCURRENT_STREAMS), streams in all (beyond: REFUSED_STREAM), a header list of 16
+ * KiB (beyond: the stream is reset), an idle connection's lifetime (then GOAWAY). A protocol error
+ * ends the connection with GOAWAY. */
 #pragma once
 
 #include <sys/socket.h>
@@ -23,7 +24,10 @@
 struct sbx_h2c;
 
 struct sbx_h2c_opts {
+    /* At the limit the connection idle longest (no stream) is closed for a newcomer; if none is
+     * idle, or its address has max_per_peer already, the newcomer gets GOAWAY. */
     unsigned max_connections;
+    unsigned max_per_peer;
     unsigned max_streams; /* open at once, over all connections */
     unsigned idle_timeout_s;
     /* Serves one end of a stream's socketpair as an HTTP/1.1 connection from peer; takes fd,

@@ -383,6 +383,7 @@ static int start_h2c(struct sbx_http *h, struct sbx_gate_opts *g, struct sbx_err
 {
     struct sbx_h2c_opts o = {
         .max_connections = h->o.max_connections,
+        .max_per_peer = h->o.max_per_peer ? h->o.max_per_peer : 512,
         .max_streams = H2C_MAX_STREAMS,
         .idle_timeout_s = h->o.idle_timeout_s ? h->o.idle_timeout_s : 60,
         .serve = hand_over,
