@@ -1,5 +1,5 @@
 """Hostile h2c clients of the E2B port (HTTP/2 with prior knowledge, bridged stream by stream to
-the HTTP/1.1 server): garbage after the preface, a header block past the limit, more streams
+the HTTP/1.1 server): garbage after the preface, a header block past the limit or never ended, more streams
 than allowed on one connection and over all of them, more connections than an address or the
 port may have, and a Start stream whose client never reads (nor opens its window). Each gets a
 clear error (GOAWAY, RST_STREAM, an HTTP error) or is held to its bounds; the daemon stays up,
@@ -17,6 +17,7 @@ import h2.errors
 import h2.connection
 import h2.events
 import h2.settings
+import hpack
 
 import sbxtest
 from sbx_integration_conftest import vm_rss_kib, wait_until
@@ -294,3 +295,22 @@ def test_connection_limits(sandboxd_factory):
         h.close()
     assert h2_health(d.e2b_port) == 204
     others_answer(d)
+
+
+def test_headers_never_finished(sandboxd_factory):
+    """A stream whose header block never ends (HEADERS without END_HEADERS, then nothing) holds
+    its connection and stream slot no longer than an idle connection: GOAWAY at the idle
+    timeout (2 s here), as a connection without streams gets."""
+    d = sandboxd_factory(["--e2b-port", str(sbxtest.free_port()), "--http-idle-timeout", "2s"])
+    d.e2b_port = int(d.wait_line(E2B_LISTENING).group(1))
+    h = H2(d.e2b_port)
+    h.flush()
+    h.until(lambda e: isinstance(e, h2.events.RemoteSettingsChanged), "SETTINGS")
+    block = hpack.Encoder().encode([(":method", "GET"), (":path", "/health"),
+                                    (":scheme", "http"), (":authority", "x")])
+    # type 1 (HEADERS), flags 0: a CONTINUATION must follow, and never does
+    h.s.sendall(struct.pack(">I", len(block))[1:] + b"\x01\x00" + struct.pack(">I", 1) + block)
+    e = goaway_or_close(h)
+    assert e is not None and e.error_code == h2.errors.ErrorCodes.NO_ERROR
+    h.close()
+    assert h2_health(d.e2b_port) == 204

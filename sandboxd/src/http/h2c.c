@@ -241,15 +241,28 @@ static void on_wake(struct sbx_h2c *f, bool *stop)
     }
 }
 
-/* Connections without a stream for the idle timeout get GOAWAY and close once it is sent; one
- * whose client reads nothing, not even that, is closed at twice the timeout. */
+/* Whether a connection has a stream at work: one whose server connection is open (the server
+ * times that out itself). A stream still without one waits for the rest of its headers, or
+ * for its client to read the last of its answer. */
+static bool conn_busy(const struct h2c_conn *c)
+{
+    for (const struct h2c_stream *s = c->streams; s; s = s->next)
+        if (s->fd >= 0)
+            return true;
+    return false;
+}
+
+/* Connections with no stream at work that sent nothing for the idle timeout get GOAWAY and close
+ * once it is sent; one whose client reads nothing, not even that, is closed at twice the
+ * timeout. So a client that opens streams and never finishes their headers holds them no
+ * longer than an idle connection. */
 static void expire(struct sbx_h2c *f, uint64_t now)
 {
     uint64_t idle = (uint64_t)f->o.idle_timeout_s * 1000;
 
     for (struct h2c_conn *c = f->conns, *next; c; c = next) {
         next = c->next;
-        if (c->n_streams || now - c->active_ms < idle)
+        if (conn_busy(c) || now - c->active_ms < idle)
             continue;
         if (now - c->active_ms >= 2 * idle) {
             conn_kill(c);
