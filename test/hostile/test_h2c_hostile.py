@@ -1,9 +1,9 @@
 """Hostile h2c clients of the E2B port (HTTP/2 with prior knowledge, bridged stream by stream to
-the HTTP/1.1 server): garbage after the preface, a header block past the limit or never ended, more streams
-than allowed on one connection and over all of them, more connections than an address or the
-port may have, and a Start stream whose client never reads (nor opens its window). Each gets a
-clear error (GOAWAY, RST_STREAM, an HTTP error) or is held to its bounds; the daemon stays up,
-its memory bounded, and answers the next client.
+the HTTP/1.1 server): garbage after the preface, a header block past the limit or never ended,
+more streams than allowed on one connection and over all of them, more connections than an
+address or the port may have, and a Start stream whose client never reads (nor opens its
+window). Each gets a clear error (GOAWAY, RST_STREAM, an HTTP error) or is held to its bounds;
+the daemon stays up, its memory bounded, and answers the next client.
 
 The client is the h2 library (Debian's python3-h2), driven by hand on a raw socket so that it can
 do what no well-behaved client does."""
