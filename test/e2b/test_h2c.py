@@ -26,8 +26,9 @@ from conftest import envelope
 def curl(*args, data=None):
     """(HTTP version, status, body) of one curl call over h2c."""
     out = subprocess.run(
-        ["curl", "-sS", "--http2-prior-knowledge", "-o", "-", "-w", "\n%{http_version} %{http_code}",
-         "--max-time", "60", *args], input=data, capture_output=True, check=True)
+        ["curl", "-sS", "--http2-prior-knowledge", "-o", "-", "-w",
+         "\n%{http_version} %{http_code}", "--max-time", "60", *args],
+        input=data, capture_output=True, check=True)
     body, _, tail = out.stdout.rpartition(b"\n")
     version, status = tail.decode().split()
     return version, int(status), body

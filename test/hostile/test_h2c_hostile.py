@@ -8,7 +8,6 @@ the daemon stays up, its memory bounded, and answers the next client.
 The client is the h2 library (Debian's python3-h2), driven by hand on a raw socket so that it can
 do what no well-behaved client does."""
 
-import json
 import socket
 import struct
 
