@@ -1,7 +1,8 @@
 // h2c on the E2B port with a real Connect client: @connectrpc/connect-node's transport over
 // HTTP/2 with prior knowledge (httpVersion "2" speaks nothing else on http://), in JSON and in
 // binary protobuf. The services are built at run time from a descriptor set of proto/e2b (protoc)
-// with @bufbuild/protobuf's registry: no generated code, the protos the daemon serves.
+// with @bufbuild/protobuf's registry: no generated code, the protos the daemon serves. Start
+// (server stream), StreamInput (client stream), List, SendSignal, CloseStdin, Stat, ListDir.
 
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
@@ -51,7 +52,9 @@ after(async () => {
 })
 
 function clients(useBinaryFormat) {
-  const transport = createConnectTransport({ httpVersion: '2', baseUrl: daemon.url, useBinaryFormat })
+  const transport = createConnectTransport({
+    httpVersion: '2', baseUrl: daemon.url, useBinaryFormat,
+  })
   return { proc: createClient(Process, transport), fs: createClient(Filesystem, transport) }
 }
 
@@ -72,7 +75,8 @@ for (const binary of [false, true]) {
     assert.equal(events[0].case, 'start')
     assert.ok(events[0].value.pid > 0)
     const data = events.filter((e) => e.case === 'data').map((e) => e.value.output)
-    const text = (k) => Buffer.concat(data.filter((o) => o.case === k).map((o) => o.value)).toString()
+    const text = (k) =>
+      Buffer.concat(data.filter((o) => o.case === k).map((o) => o.value)).toString()
     assert.equal(text('stdout'), 'out\n')
     assert.equal(text('stderr'), 'err\n')
     const end = events.at(-1)
@@ -84,7 +88,8 @@ for (const binary of [false, true]) {
     const { proc } = clients(binary)
     const tag = `h2c-list-${binary}`
     const ac = new AbortController()
-    const stream = proc.start({ process: { cmd: '/bin/sleep', args: ['30'] }, tag }, { signal: ac.signal })
+    const stream = proc.start({ process: { cmd: '/bin/sleep', args: ['30'] }, tag },
+      { signal: ac.signal })
     const it = stream[Symbol.asyncIterator]()
     const first = await it.next()
     assert.equal(first.value.event.event.case, 'start')
@@ -97,6 +102,33 @@ for (const binary of [false, true]) {
     await proc.sendSignal({ process: { selector: { case: 'pid', value: pid } }, signal: 9 })
     ac.abort()
     await it.return?.()
+  })
+
+  test(`StreamInput, a client stream, feeds a process over h2c (${codec})`, async () => {
+    const { proc } = clients(binary)
+    const it = proc.start({ process: { cmd: '/bin/cat' }, stdin: true })[Symbol.asyncIterator]()
+    const first = await it.next()
+    assert.equal(first.value.event.event.case, 'start')
+    const pid = first.value.event.event.value.pid
+    const enc = new TextEncoder()
+    const process = { selector: { case: 'pid', value: pid } }
+    async function* input() {
+      yield { event: { case: 'start', value: { process } } }
+      for (const line of ['one\n', 'two\n']) {
+        const stdin = { case: 'stdin', value: enc.encode(line) }
+        yield { event: { case: 'data', value: { input: { input: stdin } } } }
+      }
+    }
+    await proc.streamInput(input())
+    await proc.closeStdin({ process })
+    const events = [first.value.event.event]
+    for (let r = await it.next(); !r.done; r = await it.next()) events.push(r.value.event.event)
+    const out = Buffer.concat(events
+      .filter((e) => e.case === 'data' && e.value.output.case === 'stdout')
+      .map((e) => e.value.output.value)).toString()
+    assert.equal(out, 'one\ntwo\n')
+    assert.equal(events.at(-1).case, 'end')
+    assert.equal(events.at(-1).value.exitCode, 0)
   })
 
   test(`filesystem Stat and ListDir over h2c (${codec})`, async () => {
