@@ -175,7 +175,8 @@ static uint32_t conn_room(struct sbx_h2c *f, struct h2c_conn *c)
         if (o == c)
             continue;
         same += same_peer(o, c);
-        if (!o->n_streams && (!idle || o->active_ms < idle->active_ms))
+        /* the list is newest first: of those idle as long, the oldest goes */
+        if (!o->n_streams && (!idle || o->active_ms <= idle->active_ms))
             idle = o;
     }
     if (same >= f->o.max_per_peer)
