@@ -13,8 +13,8 @@
  *
  * Limits: connections in all and per client address, streams per connection
  * (SETTINGS_MAX_CONCURRENT_STREAMS), streams in all (beyond: REFUSED_STREAM), a header list of 16
- * KiB (beyond: the stream is reset), an idle connection's lifetime (then GOAWAY). A protocol error
- * ends the connection with GOAWAY. */
+ * KiB (beyond: 431), the lifetime of a connection with no stream at work (then GOAWAY). A protocol
+ * error ends the connection with GOAWAY. */
 #pragma once
 
 #include <sys/socket.h>
