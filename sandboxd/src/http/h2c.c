@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -19,27 +18,6 @@
 #include "log.h"
 
 #define READ_ROUNDS 16 /* reads of one connection per event: the others get their turn */
-
-uint64_t h2c_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Sets what epoll reports of fd: not watched at all while nothing is wanted, so a hung-up socket
- * that waits for room cannot spin the loop. */
-void h2c_arm(struct sbx_h2c *f, struct h2c_watch *w, int fd, unsigned *now, unsigned want)
-{
-    struct epoll_event ev = {.events = want, .data.ptr = w};
-    int op = !*now ? EPOLL_CTL_ADD : want ? EPOLL_CTL_MOD : EPOLL_CTL_DEL;
-
-    if (want == *now)
-        return;
-    if (epoll_ctl(f->ep, op, fd, &ev) == 0)
-        *now = want;
-}
 
 static ssize_t conn_send(nghttp2_session *ses, const uint8_t *data, size_t len, int flags,
                          void *arg)
