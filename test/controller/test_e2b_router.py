@@ -415,11 +415,11 @@ print(json.dumps(out))
 """
 
 
-def real_envd(site, tmp_path, name="real", extra=()):  # noqa: F811
+def real_envd(site, tmp_path, name="real", extra=(), port=None):  # noqa: F811
     """A template `name` whose pods kwok puts on an address of their own, its warm pool of one,
-    and a real sandboxd with its E2B port there, holding the warm sandbox's token (envd's access
-    token, as the router hands it out). Returns the daemon (Proc) and its E2B port; the caller
-    stops it."""
+    and a real sandboxd with its E2B port there (port, or a free one), holding the warm sandbox's
+    token (envd's access token, as the router hands it out). Returns the daemon (Proc) and its
+    E2B port; the caller stops it."""
     ip = new_ip()
     site.k.create({"apiVersion": EXT, "kind": "SandboxTemplate",
                    "metadata": {"name": name, "namespace": site.ns},
@@ -433,7 +433,7 @@ def real_envd(site, tmp_path, name="real", extra=()):  # noqa: F811
     tok.chmod(0o600)
     root = tmp_path / "root"
     root.mkdir()
-    port = free_port()
+    port = port or free_port()
     d = Proc("sandboxd-e2b", [sandboxd_bin(), "--listen-host", ip, "--grpc-port", "0",
                               "--rest-port", "0", "--e2b-port", str(port), "--root-dir",
                               str(root), "--token-file", str(tok), "--shutdown-timeout", "5s",

@@ -1,5 +1,5 @@
 // sandbox.commands and sandbox.pty of the unmodified e2b JavaScript SDK against sandboxd's E2B
-// port (the JS twin of test/e2b/test_sdk_commands.py).
+// port, directly or through the router (the JS twin of test/e2b/test_sdk_commands.py).
 
 import assert from 'node:assert/strict'
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs'
@@ -7,15 +7,14 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, test } from 'node:test'
 
-import { Daemon, e2b, procExists, waitUntil } from './harness.mjs'
+import { ROUTED, e2b, openSandbox, procExists, stillUp, waitUntil } from './harness.mjs'
 
 const { CommandExitError, InvalidArgumentError, NotFoundError, TimeoutError, AuthenticationError } = e2b
 const UNKNOWN_PID = 2 ** 31 - 7
 
 let daemon, sbx, scratch
 before(async () => {
-  daemon = await Daemon.start()
-  sbx = await daemon.sandbox()
+  ({ daemon, sbx } = await openSandbox())
   scratch = mkdtempSync(join(tmpdir(), 'e2b-js-cmd-'))
 })
 after(async () => {
@@ -23,8 +22,8 @@ after(async () => {
   await daemon?.stop()
 })
 
-test('Sandbox.create in debug mode names no control plane', () => {
-  assert.equal(sbx.sandboxId, 'debug_sandbox_id')
+test('the sandbox: debug mode names no control plane; through the router, the run\'s', () => {
+  assert.equal(sbx.sandboxId, ROUTED ? process.env.SANDBOXD_E2B_SANDBOX_ID : 'debug_sandbox_id')
 })
 
 test('run: stdout, stderr, exit code', async () => {
@@ -258,6 +257,6 @@ test('commands in parallel, each with its own stdin and output', async () => {
   await Promise.all(runs)
 })
 
-test('the daemon is still up', () => {
-  assert.ok(daemon.alive())
+test('the daemon is still up', async () => {
+  assert.ok(await stillUp(daemon, sbx))
 })

@@ -1,5 +1,5 @@
-// sandbox.files of the unmodified e2b JavaScript SDK against sandboxd's E2B port (the JS twin
-// of test/e2b/test_files.py): write / read / list / exists / getInfo / remove / rename /
+// sandbox.files of the unmodified e2b JavaScript SDK against sandboxd's E2B port, directly or
+// through the router (the JS twin of test/e2b/test_files.py): write / read / list / exists / getInfo / remove / rename /
 // makeDir / watchDir, several files in one upload, 100 MiB each way, the SDK's own errors.
 // Paths are the sandbox's absolute ones (here, this machine's).
 
@@ -13,15 +13,14 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, afterEach, before, beforeEach, test } from 'node:test'
 
-import { Daemon, e2b, waitUntil } from './harness.mjs'
+import { ROUTED, e2b, openSandbox, stillUp, waitUntil } from './harness.mjs'
 
 const { FileNotFoundError, NotFoundError, InvalidArgumentError, SandboxError, FileType, FilesystemEventType: T } = e2b
 const MIB = 1 << 20
 
 let daemon, sbx, tmp
 before(async () => {
-  daemon = await Daemon.start()
-  sbx = await daemon.sandbox()
+  ({ daemon, sbx } = await openSandbox())
 })
 after(async () => {
   await daemon?.stop()
@@ -31,9 +30,9 @@ beforeEach(() => {
   tmp = mkdtempSync(join(tmpdir(), 'e2b-js-files-'))
   chmodSync(tmp, 0o755)
 })
-afterEach(() => {
+afterEach(async () => {
   rmSync(tmp, { recursive: true, force: true })
-  assert.ok(daemon.alive())
+  assert.ok(await stillUp(daemon, sbx))
 })
 
 test('write, read (text, bytes, blob, stream), exists, getInfo', async () => {
@@ -86,7 +85,11 @@ test('write with useOctetStream; read a stream with gzip', async () => {
   assert.equal(Buffer.concat(chunks).toString(), 'octet')
 })
 
-test('uploadUrl and downloadUrl (unsigned: no access token) work with plain fetch', async () => {
+// A sandbox made through a control plane has an access token, with which the SDK signs its
+// file URLs: sandboxd does not take signatures (yet).
+test('uploadUrl and downloadUrl (unsigned: no access token) work with plain fetch', {
+  skip: ROUTED && 'the sandbox has an access token: the SDK signs the URLs, which sandboxd does not support',
+}, async () => {
   const p = join(tmp, 'via-url')
   const form = new FormData()
   form.append('file', new Blob(['by url']), 'via-url')

@@ -1,8 +1,17 @@
-// What the test files share: the pinned e2b SDK from the cache run-tests.sh fills, a real
-// sandboxd with its E2B port on, and bounded waits.
+// What the test files share: the pinned e2b SDK from the cache run-tests.sh fills, the sandbox
+// under test (a real sandboxd with its E2B port on, or one made through a control plane), and
+// bounded waits.
+//
+// The same tests run through the router and E2B's control plane when SANDBOXD_E2B_TEMPLATE is
+// set (test/controller/test_e2b_sdk.py does that, as for test/e2b): run-tests.sh creates one
+// sandbox of that template with Sandbox.create (E2B_API_URL, E2B_API_KEY) unless
+// SANDBOXD_E2B_SANDBOX_ID names one already, each test file connects to it, and its envd calls go
+// where E2B_SANDBOX_URL (the router's shared host) or E2B_DOMAIN (https://<port>-<id>.<domain>)
+// says; the tests that talk to a sandboxd of their own skip.
 //
 // Environment: SANDBOXD_BIN (our daemon), SANDBOXD_SANITIZED (ON under ASan: longer waits),
-// E2B_JS_MODULES (the node_modules that holds the pinned SDK).
+// E2B_JS_MODULES (the node_modules that holds the pinned SDK), SANDBOXD_E2B_TEMPLATE and
+// SANDBOXD_E2B_SANDBOX_ID (through the router).
 
 import { spawn } from 'node:child_process'
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, closeSync, accessSync, constants } from 'node:fs'
@@ -12,6 +21,9 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 
+export const ROUTED = process.env.SANDBOXD_E2B_TEMPLATE || ''
+// A test's `skip` when it needs a sandboxd of its own (its log, its flags, its token).
+export const OWN_DAEMON = ROUTED ? 'talks to a sandboxd of its own, not through the router' : false
 export const SANITIZED = ['ON', '1', 'TRUE'].includes((process.env.SANDBOXD_SANITIZED || 'OFF').toUpperCase())
 const START_TIMEOUT_MS = SANITIZED ? 30_000 : 10_000
 const E2B_LISTENING = /e2b listening on 127\.0\.0\.1 port (\d+)/
@@ -124,4 +136,22 @@ export function procExists(pid) {
   } catch {
     return false
   }
+}
+
+// The sandbox under test: { daemon, sbx }. Directly, a daemon of the file's own and the SDK in
+// debug mode; through the router (ROUTED), the run's sandbox by Sandbox.connect, which asks the
+// control plane for its envd access token, and no daemon.
+export async function openSandbox() {
+  if (ROUTED) {
+    const id = process.env.SANDBOXD_E2B_SANDBOX_ID
+    if (!id) throw new Error('SANDBOXD_E2B_SANDBOX_ID is not set: run the tests through run-tests.sh')
+    return { daemon: null, sbx: await e2b.Sandbox.connect(id) }
+  }
+  const daemon = await Daemon.start()
+  return { daemon, sbx: await daemon.sandbox() }
+}
+
+// Is the sandbox still answering? (its daemon alive, or /health through the router)
+export async function stillUp(daemon, sbx) {
+  return daemon ? daemon.alive() : sbx.isRunning()
 }

@@ -3,7 +3,12 @@
 # runner. The pinned SDK (package-lock.json) is installed once from npm into a cache outside the
 # repo, made again when the lockfile changes. `--prepare` only installs it (scripts/setup.sh).
 #
-#   SANDBOXD_BIN=build/gcc/sandboxd/sandboxd test/e2b-js/run-tests.sh [--test-name-pattern=RE]
+#   SANDBOXD_BIN=$PWD/build/gcc/sandboxd/sandboxd test/e2b-js/run-tests.sh [--test-name-pattern=RE]
+#
+# Through a control plane (test/controller/test_e2b_sdk.py): with SANDBOXD_E2B_TEMPLATE set (and
+# E2B_API_URL, E2B_API_KEY, E2B_DOMAIN, maybe E2B_SANDBOX_URL), one sandbox of that template is
+# made by Sandbox.create, or SANDBOXD_E2B_SANDBOX_ID names one made before; every test file
+# works in it, and it is killed at the end (routed.mjs checks what follows the kill).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache="${SANDBOXD_E2B_JS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sandboxd/e2b-js}"
@@ -40,4 +45,13 @@ for a in "$@"; do
   case "$a" in *.test.mjs) files+=("$a") ;; *) opts+=("$a") ;; esac
 done
 [ ${#files[@]} -eq 0 ] && files=("$here"/*.test.mjs)
-exec node --test --test-concurrency=1 "${opts[@]}" "${files[@]}"
+[ -z "${SANDBOXD_E2B_TEMPLATE:-}" ] && exec node --test --test-concurrency=1 "${opts[@]}" "${files[@]}"
+
+if [ -z "${SANDBOXD_E2B_SANDBOX_ID:-}" ]; then
+  SANDBOXD_E2B_SANDBOX_ID=$(node routed.mjs create)
+  export SANDBOXD_E2B_SANDBOX_ID
+fi
+rc=0
+node --test --test-concurrency=1 "${opts[@]}" "${files[@]}" || rc=$?
+node routed.mjs kill "$SANDBOXD_E2B_SANDBOX_ID" || rc=$((rc ? rc : 1))
+exit "$rc"
