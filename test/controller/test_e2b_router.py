@@ -307,10 +307,19 @@ def test_refusals_are_e2b_errors(site, e2b_router):  # noqa: F811
     assert s == 405
     s, _, b = api(r, "GET", "/v2/sandboxes?state=paused")
     assert (s, b) == (200, [])
-    # Bounded bodies: chunked is refused (one Content-Length), a large one 413.
-    s, _, _ = call(r.port, "POST", "/v2/sandboxes", headers={
-        "X-API-Key": KEY, "Transfer-Encoding": "chunked"}, raw=b"2\r\n{}\r\n0\r\n\r\n")
-    assert s == 411
+    # Bounded bodies: chunked ones are read (the JS SDK's fetch sends its JSON so) up to the
+    # same bound as one of a Content-Length; a large one 413, a malformed one 400.
+    chunked = {"X-API-Key": KEY, "Transfer-Encoding": "chunked"}
+    s, _, b = call(r.port, "POST", "/v2/sandboxes", headers=chunked,
+                   raw=b"2\r\n{\"\r\n3;ext=1\r\ntim\r\na\r\neout\": 10}\r\n0\r\nX-T: 1\r\n\r\n")
+    assert s == 400 and "templateID" in b["message"], b
+    big = json.dumps({"templateID": "p", "metadata": {"a": "x" * 300000}}).encode()
+    s, _, _ = call(r.port, "POST", "/v2/sandboxes", headers=chunked, raw=b"".join(
+        b"%x\r\n%s\r\n" % (len(big[i:i + 4096]), big[i:i + 4096])
+        for i in range(0, len(big), 4096)) + b"0\r\n\r\n")
+    assert s == 413
+    s, _, _ = call(r.port, "POST", "/v2/sandboxes", headers=chunked, raw=b"zz\r\n{}\r\n0\r\n\r\n")
+    assert s == 400
     s, _, _ = api(r, "POST", "/v2/sandboxes", {"templateID": "p", "metadata": {"a": "x" * 300000}})
     assert s == 413
     # A body that stops coming: 408 once the head timeout passes; one cut short: nothing.

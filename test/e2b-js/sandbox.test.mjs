@@ -61,6 +61,9 @@ test('a daemon with a token: calls without it are AuthenticationError', { skip: 
 test('through the router: getInfo, setTimeout, list', { skip: ONLY_ROUTED }, async () => {
   const id = process.env.SANDBOXD_E2B_SANDBOX_ID
   const sbx = await Sandbox.connect(id)
+  // The form under test: the router's shared host, or the sandbox's own https host.
+  const { E2B_SANDBOX_URL: shared, E2B_DOMAIN: domain } = process.env
+  assert.equal(sbx.envdApiUrl, shared || `https://${sbx.envdPort}-${id}.${domain}`)
   const info = await sbx.getInfo()
   assert.equal(info.sandboxId, id)
   assert.equal(info.templateId, ROUTED)
