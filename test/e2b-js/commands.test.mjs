@@ -99,6 +99,23 @@ test('list and kill', async () => {
   assert.ok(!(await sbx.commands.list()).some((p) => p.pid === h.pid))
 })
 
+test('list shows envs and cwd as Start was given them', async () => {
+  const h = await sbx.commands.run('sleep 30', {
+    background: true, timeoutMs: 0, cwd: scratch, envs: { A_VAR: 'a value=with =', EMPTY: '' },
+  })
+  const plain = await sbx.commands.run('sleep 30', { background: true, timeoutMs: 0 })
+  try {
+    const procs = new Map((await sbx.commands.list()).map((p) => [p.pid, p]))
+    assert.deepEqual(procs.get(h.pid).envs, { A_VAR: 'a value=with =', EMPTY: '' })
+    assert.equal(procs.get(h.pid).cwd, scratch)
+    assert.deepEqual(procs.get(plain.pid).envs, {})
+    assert.equal(procs.get(plain.pid).cwd, undefined) // none asked for: unset, as envd's
+  } finally {
+    assert.equal(await h.kill(), true)
+    assert.equal(await plain.kill(), true)
+  }
+})
+
 test('handle.kill; kill of an unknown pid is false', async () => {
   const h = await sbx.commands.run('sleep 30', { background: true, timeoutMs: 0 })
   assert.equal(await h.kill(), true)

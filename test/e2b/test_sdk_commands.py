@@ -81,6 +81,21 @@ def test_list_and_kill(sandbox):
     assert h.pid not in {p.pid for p in sandbox.commands.list()}
 
 
+def test_list_shows_envs_and_cwd_as_start_was_given_them(sandbox, tmp_path):
+    """envd's List answers each process's config as its Start asked: the request's own envs
+    (not the whole environment) and its cwd, unset when it named none."""
+    h = sandbox.commands.run("sleep 30", background=True, timeout=0, cwd=str(tmp_path),
+                             envs={"A_VAR": "a value=with =", "EMPTY": ""})
+    plain = sandbox.commands.run("sleep 30", background=True, timeout=0)
+    try:
+        procs = {p.pid: p for p in sandbox.commands.list()}
+        assert procs[h.pid].envs == {"A_VAR": "a value=with =", "EMPTY": ""}
+        assert procs[h.pid].cwd == str(tmp_path)
+        assert (procs[plain.pid].envs, procs[plain.pid].cwd) == ({}, None)
+    finally:
+        assert sandbox.commands.kill(h.pid) and sandbox.commands.kill(plain.pid)
+
+
 def test_kill_of_an_unknown_pid_is_false(sandbox):
     assert sandbox.commands.kill(2**31 - 7) is False
 

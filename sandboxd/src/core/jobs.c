@@ -31,6 +31,8 @@ struct sbx_job {
     pid_t pid;
     char *tag;
     char **argv;
+    char **envs; /* sbx_job_spec's, for listings */
+    char *cwd;
     bool pty, has_stdin;
     struct sbx_proc *proc;
     struct sbx_cgroup *cg;
@@ -88,6 +90,14 @@ static struct sbx_job *job_ref(struct sbx_job *job)
     return job;
 }
 
+static void strv_free(char **v)
+{
+    if (v)
+        for (char **a = v; *a; a++)
+            free(*a);
+    free(v);
+}
+
 static void job_free(void *arg)
 {
     struct sbx_job *job = arg;
@@ -103,10 +113,9 @@ static void job_free(void *arg)
     sbx_cgroup_free(job->cg);
     for (int i = 0; i < 2; i++)
         sbx_ring_release(&job->ring[i]);
-    if (job->argv)
-        for (char **a = job->argv; *a; a++)
-            free(*a);
-    free(job->argv);
+    strv_free(job->argv);
+    strv_free(job->envs);
+    free(job->cwd);
     free(job->tag);
     pthread_mutex_destroy(&job->lock);
     free(job);
@@ -411,7 +420,7 @@ static void on_timer(struct sbx_timer *t)
         unlist(job);
 }
 
-static char **copy_argv(char *const *argv)
+static char **copy_strv(char *const *argv)
 {
     size_t n = 0;
     char **a;
@@ -456,9 +465,11 @@ static struct sbx_job *job_new(struct sbx_jobs *j, const struct sbx_job_spec *s,
     for (int i = 0; i < 2; i++)
         sbx_ring_init(&job->ring[i], s->ring_bytes ? s->ring_bytes : j->o.ring_bytes,
                       j->o.output_budget);
-    job->argv = copy_argv(s->proc.argv);
+    job->argv = copy_strv(s->proc.argv);
+    job->envs = copy_strv(s->envs ? s->envs : (char *const[]){NULL});
+    job->cwd = s->cwd ? strdup(s->cwd) : NULL;
     job->tag = strdup(s->tag ? s->tag : "");
-    if (!job->argv || !job->tag) {
+    if (!job->argv || !job->envs || (s->cwd && !job->cwd) || !job->tag) {
         job_free(job);
         sbx_error_set(err, ENOMEM, "allocate job");
         return NULL;
@@ -591,6 +602,8 @@ void sbx_job_info(struct sbx_job *job, struct sbx_job_info *out)
     out->pid = job->pid;
     out->tag = job->tag;
     out->argv = job->argv;
+    out->envs = job->envs;
+    out->cwd = job->cwd;
     out->pty = job->pty;
     pthread_mutex_lock(&job->lock);
     out->exited = job->exited;

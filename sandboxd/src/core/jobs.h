@@ -54,6 +54,11 @@ struct sbx_job_spec {
      * on a pipe. For a client that must see every byte (E2B's Start); sbx_job_unhold lets go. */
     bool held;
     uint64_t memory_bytes, pids; /* cgroup limits; 0: none */
+    /* Kept with the job for whoever lists it, as the client asked (the environment and the
+     * directory the process got hold more): variables as NAME=value, NULL-terminated (NULL:
+     * none), and the working directory (NULL: none asked for). */
+    char *const *envs;
+    const char *cwd;
 };
 
 /* A snapshot of a job. */
@@ -62,6 +67,8 @@ struct sbx_job_info {
     pid_t pid;
     const char *tag;   /* the job's, valid while the caller holds its reference */
     char *const *argv; /* likewise */
+    char *const *envs; /* the spec's, NULL-terminated (never NULL); likewise */
+    const char *cwd;   /* the spec's, or NULL; likewise */
     bool pty, stdin_open;
     bool exited;
     struct timespec started, ended; /* CLOCK_REALTIME */

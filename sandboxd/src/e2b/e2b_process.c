@@ -401,6 +401,21 @@ static int open_cwd(struct sbx_e2b_call *c, const Process__ProcessConfig *cfg, c
     return fd;
 }
 
+/* The request's own variables as NAME=value, for the job's record (List shows them as envd
+ * does: what Start was given, not the whole environment). */
+static char **request_envs(const Process__ProcessConfig *cfg)
+{
+    char **out = calloc(cfg->n_envs + 1, sizeof(*out));
+
+    for (size_t i = 0; out && i < cfg->n_envs; i++)
+        if (asprintf(&out[i], "%s=%s", cfg->envs[i]->key, cfg->envs[i]->value) < 0) {
+            out[i] = NULL;
+            sbx_e2b_envs_free(out);
+            return NULL;
+        }
+    return out;
+}
+
 static int start_code(int r)
 {
     switch (-r) {
@@ -425,7 +440,7 @@ static void p_start(struct sbx_e2b_call *c, const ProtobufCMessage *req)
     struct sbx_job_spec js = {0};
     struct sbx_error e = {0};
     struct sbx_job *job = NULL;
-    char **envp = NULL, cwd[1024];
+    char **envp = NULL, **asked = NULL, cwd[1024];
     int rc;
 
     if (!o->jobs || (o->draining && __atomic_load_n(o->draining, __ATOMIC_ACQUIRE))) {
@@ -436,8 +451,10 @@ static void p_start(struct sbx_e2b_call *c, const ProtobufCMessage *req)
         return;
     argv = calloc(r->process->n_args + 2, sizeof(*argv));
     envp = build_env(c, r->process, cwd);
-    if (!argv || !envp) {
+    asked = request_envs(r->process);
+    if (!argv || !envp || !asked) {
         sbx_e2b_envs_free(envp);
+        sbx_e2b_envs_free(asked);
         sbx_e2b_call_fail(c, SBX_CONNECT_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
@@ -464,8 +481,11 @@ static void p_start(struct sbx_e2b_call *c, const ProtobufCMessage *req)
     /* Every byte reaches the Start stream, as from envd: the process waits for a slow client
      * rather than lose output to the ring (others attached by Connect may still lag and skip). */
     js.held = true;
+    js.envs = asked;
+    js.cwd = r->process->_cwd_case ? r->process->cwd : NULL;
     rc = sbx_job_start(o->jobs, &js, &job, &e);
     sbx_e2b_envs_free(envp);
+    sbx_e2b_envs_free(asked);
     if (rc < 0) {
         sbx_e2b_call_fail(c, start_code(rc), "failed to start process: %s", e.msg);
         return;
@@ -485,56 +505,113 @@ static void p_connect(struct sbx_e2b_call *c, const ProtobufCMessage *req)
         stream_job(c, &process__connect_response__descriptor, job, true, false);
 }
 
+/* What List sends: each running job's info and config, and its env entries (names and values
+ * cut from the job's NAME=value strings into text). */
+struct listing {
+    struct sbx_job_info *ji;
+    Process__ProcessInfo *infos, **ptrs;
+    Process__ProcessConfig *cfgs;
+    Process__ProcessConfig__EnvsEntry *ents, **eptrs;
+    char *text;
+};
+
+static void listing_release(struct listing *l)
+{
+    free(l->ji);
+    free(l->infos);
+    free(l->ptrs);
+    free(l->cfgs);
+    free(l->ents);
+    free(l->eptrs);
+    free(l->text);
+}
+
+/* Allocates for n jobs whose infos are in l->ji. */
+static int listing_alloc(struct listing *l, size_t n)
+{
+    size_t n_envs = 0, text = 0;
+
+    for (size_t i = 0; i < n; i++)
+        for (char *const *e = l->ji[i].envs; *e; e++, n_envs++)
+            text += strlen(*e) + 1;
+    l->infos = calloc(n, sizeof(*l->infos));
+    l->ptrs = calloc(n, sizeof(*l->ptrs));
+    l->cfgs = calloc(n, sizeof(*l->cfgs));
+    l->ents = calloc(n_envs + 1, sizeof(*l->ents));
+    l->eptrs = calloc(n_envs + 1, sizeof(*l->eptrs));
+    l->text = malloc(text + 1);
+    return l->infos && l->ptrs && l->cfgs && l->ents && l->eptrs && l->text ? 0 : -ENOMEM;
+}
+
+/* The config as Start was given it (envd keeps the request's): cmd and args (the job's argv),
+ * the request's envs and cwd. *ents and *text advance past what it takes. */
+static void fill_config(Process__ProcessConfig *cfg, const struct sbx_job_info *ji,
+                        const struct listing *l, size_t *ents, size_t *text)
+{
+    size_t argc = 0;
+
+    while (ji->argv[argc])
+        argc++;
+    process__process_config__init(cfg);
+    cfg->cmd = argc ? ji->argv[0] : (char *)"";
+    cfg->n_args = argc ? argc - 1 : 0;
+    cfg->args = argc ? (char **)ji->argv + 1 : NULL;
+    cfg->envs = l->eptrs + *ents;
+    for (char *const *e = ji->envs; *e; e++, cfg->n_envs++) {
+        Process__ProcessConfig__EnvsEntry *ent = &l->ents[*ents];
+        char *name = l->text + *text;
+        size_t len = strlen(*e), k = strcspn(*e, "=");
+        memcpy(name, *e, len + 1);
+        name[k] = '\0'; /* the names have no '=' (config_valid) */
+        process__process_config__envs_entry__init(ent);
+        ent->key = name;
+        ent->value = k < len ? name + k + 1 : name + len;
+        l->eptrs[(*ents)++] = ent;
+        *text += len + 1;
+    }
+    if (ji->cwd) {
+        cfg->_cwd_case = PROCESS__PROCESS_CONFIG___CWD_CWD;
+        cfg->cwd = (char *)ji->cwd;
+    }
+}
+
 static void p_list(struct sbx_e2b_call *c, const ProtobufCMessage *req)
 {
     struct sbx_jobs *jobs = sbx_e2b_server_opts(sbx_e2b_call_server(c))->jobs;
     Process__ListResponse resp = PROCESS__LIST_RESPONSE__INIT;
     struct sbx_job **all = NULL;
-    Process__ProcessInfo *infos = NULL, **ptrs = NULL;
-    Process__ProcessConfig *cfgs = NULL;
-    size_t n = jobs ? sbx_jobs_list(jobs, NULL, &all) : 0, k = 0;
+    struct listing l = {0};
+    size_t n = jobs ? sbx_jobs_list(jobs, NULL, &all) : 0, k = 0, ents = 0, text = 0;
 
     (void)req;
-    if (n) {
-        infos = calloc(n, sizeof(*infos));
-        ptrs = calloc(n, sizeof(*ptrs));
-        cfgs = calloc(n, sizeof(*cfgs));
-    }
-    if (n && (!infos || !ptrs || !cfgs)) {
+    l.ji = calloc(n + 1, sizeof(*l.ji));
+    for (size_t i = 0; l.ji && i < n; i++)
+        sbx_job_info(all[i], &l.ji[i]);
+    if (!l.ji || listing_alloc(&l, n) < 0) {
         sbx_e2b_call_fail(c, SBX_CONNECT_RESOURCE_EXHAUSTED, "out of memory");
     } else {
         for (size_t i = 0; i < n; i++) {
-            struct sbx_job_info ji;
-            size_t argc = 0;
-            sbx_job_info(all[i], &ji);
-            if (ji.exited)
+            if (l.ji[i].exited)
                 continue;
-            while (ji.argv[argc])
-                argc++;
-            process__process_config__init(&cfgs[k]);
-            cfgs[k].cmd = argc ? ji.argv[0] : (char *)"";
-            cfgs[k].n_args = argc ? argc - 1 : 0;
-            cfgs[k].args = argc ? (char **)ji.argv + 1 : NULL;
-            process__process_info__init(&infos[k]);
-            infos[k].config = &cfgs[k];
-            infos[k].pid = (uint32_t)ji.pid;
-            if (ji.tag && ji.tag[0]) {
-                infos[k]._tag_case = PROCESS__PROCESS_INFO___TAG_TAG;
-                infos[k].tag = (char *)ji.tag;
+            fill_config(&l.cfgs[k], &l.ji[i], &l, &ents, &text);
+            process__process_info__init(&l.infos[k]);
+            l.infos[k].config = &l.cfgs[k];
+            l.infos[k].pid = (uint32_t)l.ji[i].pid;
+            if (l.ji[i].tag && l.ji[i].tag[0]) {
+                l.infos[k]._tag_case = PROCESS__PROCESS_INFO___TAG_TAG;
+                l.infos[k].tag = (char *)l.ji[i].tag;
             }
-            ptrs[k] = &infos[k];
+            l.ptrs[k] = &l.infos[k];
             k++;
         }
         resp.n_processes = k;
-        resp.processes = ptrs;
+        resp.processes = l.ptrs;
         (void)sbx_e2b_call_send(c, &resp.base);
     }
     for (size_t i = 0; i < n; i++)
         sbx_job_unref(all[i]);
     free(all);
-    free(infos);
-    free(ptrs);
-    free(cfgs);
+    listing_release(&l);
 }
 
 static void write_done(void *data, int result)
