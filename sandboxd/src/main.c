@@ -60,6 +60,9 @@ static uint64_t arg_http_idle_timeout_ms = 60000;
 static uint64_t arg_exit_drain_timeout_ms = 1000;
 static long long arg_stream_chunk_size = 4096;
 static long long arg_max_message_bytes = 4 << 20;
+/* The E2B port's: SendInput carries a whole sendStdin in one message (base64 in JSON), and envd
+ * bounds none; 32 MiB takes 24 MiB of input, and SendInput holds one message per call in flight. */
+static long long arg_e2b_max_message_bytes = 32 << 20;
 static long long arg_max_output_bytes = 16 << 20;
 static long long arg_grpc_threads = 4;
 static long long arg_http_threads = 4;
@@ -183,6 +186,8 @@ static const struct sbx_flag options[] = {
     {"stream-chunk-size", opt_size, &arg_stream_chunk_size,
      "largest output chunk streamed by Start (4096)"},
     {"max-message-bytes", opt_size, &arg_max_message_bytes, "largest gRPC request (4194304)"},
+    {"e2b-max-message-bytes", opt_size, &arg_e2b_max_message_bytes,
+     "largest request message on the E2B port: SendInput's stdin, base64 in JSON (33554432)"},
     {"max-output-bytes", opt_size, &arg_max_output_bytes,
      "output kept per stream by Execute (16777216)"},
     {"grpc-threads", opt_threads, &arg_grpc_threads, "completion-queue threads (4)"},
@@ -463,7 +468,7 @@ static int start_e2b(struct sbx_error *err)
         .threads = (unsigned)arg_http_threads,
         .max_connections = (unsigned)arg_http_max_connections,
         .max_per_peer = (unsigned)arg_http_max_per_peer,
-        .max_message_bytes = (size_t)arg_max_message_bytes,
+        .max_message_bytes = (size_t)arg_e2b_max_message_bytes,
         .auth = d.auth,
         .loop = d.loop,
         .jobs = d.jobs,

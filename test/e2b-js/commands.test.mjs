@@ -177,13 +177,26 @@ test('an aborted run (signal) ends the call, not the command', async () => {
   await waitUntil(() => existsSync(marker), 10_000, 'the command to finish on its own')
 })
 
-test('sendStdin of more than --max-message-bytes in one call: RateLimitError (resource_exhausted)', async () => {
+test('sendStdin: 16 MiB in one call goes whole; past --e2b-max-message-bytes RateLimitError', async () => {
   const h = await sbx.commands.run('wc -c', { background: true, stdin: true })
-  // 4 MiB of input is 5.3 MiB of base64 in the JSON message: over the 4 MiB bound.
-  await assert.rejects(h.sendStdin('x'.repeat(4 << 20)), (e) => e instanceof e2b.RateLimitError)
-  for (let i = 0; i < 4; i++) await h.sendStdin('x'.repeat(1 << 20)) // in pieces it goes
+  // One call is one SendInput message, its bytes base64 in JSON: 25 MiB of input is 33 MiB of
+  // message, over the 32 MiB bound: Connect's resource_exhausted, the SDK's RateLimitError.
+  await assert.rejects(h.sendStdin('x'.repeat(25 << 20)),
+    (e) => e instanceof e2b.RateLimitError && /larger than the limit/.test(e.message))
+  await h.sendStdin('x'.repeat(16 << 20))
   await h.closeStdin()
-  assert.equal((await h.wait()).stdout.trim(), String(4 << 20))
+  assert.equal((await h.wait()).stdout.trim(), String(16 << 20))
+})
+
+test('sendStdin is answered once the process has the bytes: one that does not read holds it', async () => {
+  const h = await sbx.commands.run('sleep 30', { background: true, stdin: true, timeoutMs: 0 })
+  try {
+    // 1 MiB: more than a pipe holds, as envd's write to the pipe would wait.
+    await assert.rejects(sbx.commands.sendStdin(h.pid, 'x'.repeat(1 << 20), { requestTimeoutMs: 1000 }),
+      (e) => e instanceof TimeoutError)
+  } finally {
+    assert.equal(await h.kill(), true)
+  }
 })
 
 test('connect to an unknown pid is NotFoundError', async () => {

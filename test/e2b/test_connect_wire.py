@@ -105,15 +105,16 @@ def test_unary_method_called_as_stream_is_unimplemented(daemon):
     assert status == 200 and end_of(msgs)["error"]["code"] == "unimplemented"
 
 
+# --e2b-max-message-bytes: 32 MiB by default.
 def test_oversized_message_is_resource_exhausted(daemon):
-    big = json.dumps({"process": {"pid": 1}, "input": {"stdin": "A" * (5 << 20)}}).encode()
+    big = json.dumps({"process": {"pid": 1}, "input": {"stdin": "A" * (33 << 20)}}).encode()
     status, _, body = daemon.request("POST", "/process.Process/SendInput", big,
                                      {"Content-Type": "application/json"}, timeout=30)
     assert status == 429 and json.loads(body)["code"] == "resource_exhausted"
 
 
 def test_oversized_envelope_is_resource_exhausted(daemon):
-    status, _, msgs = stream_call(daemon, "Start", b"x" * (5 << 20))
+    status, _, msgs = stream_call(daemon, "Start", b"x" * (33 << 20))
     assert status == 200 and end_of(msgs)["error"]["code"] == "resource_exhausted"
 
 

@@ -6,7 +6,8 @@ import time
 
 import pytest
 from e2b import PtySize
-from e2b.exceptions import (AuthenticationException, NotFoundException, TimeoutException)
+from e2b.exceptions import (AuthenticationException, NotFoundException, RateLimitException,
+                            TimeoutException)
 from e2b.sandbox.commands.command_handle import CommandExitException
 
 from conftest import sdk_sandbox
@@ -167,6 +168,29 @@ def test_many_runs_leave_nothing(sandbox):
 def test_large_output_is_whole(sandbox):
     r = sandbox.commands.run("head -c 3000000 /dev/zero | tr '\\0' x")
     assert r.stdout == "x" * 3000000
+
+
+def test_send_stdin_large_and_past_the_bound(sandbox):
+    """One send_stdin is one SendInput message, its bytes base64 in JSON: 16 MiB goes whole;
+    past --e2b-max-message-bytes (32 MiB of message) it is Connect's resource_exhausted, which
+    the SDK calls RateLimitException (envd sets no bound)."""
+    h = sandbox.commands.run("wc -c", background=True, stdin=True)
+    with pytest.raises(RateLimitException, match="larger than the limit"):
+        sandbox.commands.send_stdin(h.pid, "x" * (25 << 20))
+    sandbox.commands.send_stdin(h.pid, "x" * (16 << 20))
+    sandbox.commands.close_stdin(h.pid)
+    assert h.wait().stdout.strip() == str(16 << 20)
+
+
+def test_send_stdin_waits_for_the_process_to_read(sandbox):
+    """As envd's write to the pipe: send_stdin is answered once the process has the bytes, so
+    one that does not read holds the call (and the daemon holds one message, not all sent)."""
+    h = sandbox.commands.run("sleep 30", background=True, stdin=True, timeout=0)
+    try:
+        with pytest.raises(TimeoutException):
+            sandbox.commands.send_stdin(h.pid, "x" * (1 << 20), request_timeout=1)  # > a pipe
+    finally:
+        assert sandbox.commands.kill(h.pid)
 
 
 def test_stream_input(sandbox):

@@ -649,6 +649,21 @@ static void answer(struct sbx_e2b_call *c, const ProtobufCMessageDescriptor *d, 
         (void)sbx_e2b_call_send(c, &m);
 }
 
+/* A SendInput is answered once its bytes are in the process's stdin, as envd's write to the
+ * pipe returns then: a client that sends more waits for the process to read, so the daemon
+ * holds at most one message (--e2b-max-message-bytes) per call in flight, not all a client
+ * sends. A process that exits without reading is no error. */
+static void input_written(void *data, int result)
+{
+    struct sbx_e2b_call *c = data;
+    struct sbx_error e = {0};
+
+    if (result < 0 && result != -EPIPE)
+        sbx_error_set(&e, -result, "write to stdin: %s", strerror(-result));
+    answer(c, &process__send_input_response__descriptor, result == -EPIPE ? 0 : result, &e);
+    sbx_e2b_call_unref(c);
+}
+
 static void p_send_input(struct sbx_e2b_call *c, const ProtobufCMessage *req)
 {
     const Process__SendInputRequest *r = (const Process__SendInputRequest *)req;
@@ -663,10 +678,12 @@ static void p_send_input(struct sbx_e2b_call *c, const ProtobufCMessage *req)
         in = r->input->pty;
     if (!(job = find_job(c, r->process)))
         return;
-    if (in.len)
-        rc = sbx_proc_write(sbx_job_proc(job), in.data, in.len, write_done, NULL, &e);
+    if (in.len && (rc = sbx_proc_write(sbx_job_proc(job), in.data, in.len, input_written,
+                                       sbx_e2b_call_ref(c), &e)) < 0)
+        sbx_e2b_call_unref(c); /* input_written will not run */
     sbx_job_unref(job);
-    answer(c, &process__send_input_response__descriptor, rc, &e);
+    if (!in.len || rc < 0)
+        answer(c, &process__send_input_response__descriptor, rc, &e);
 }
 
 static void p_send_signal(struct sbx_e2b_call *c, const ProtobufCMessage *req)
