@@ -4,6 +4,7 @@ up."""
 
 import base64
 import json
+import os
 import socket
 import struct
 import time
@@ -398,3 +399,23 @@ def test_stream_input_wire(daemon):
                                      b"{}", {"Content-Type": "application/json"})
     assert status == 501 and json.loads(resp)["code"] == "unimplemented"
     assert daemon.alive()
+
+
+def test_stream_input_backlog_is_bounded(daemon):
+    """A client streaming stdin to a process that does not read: the daemon holds at most
+    64 MiB for the process (SBX_PROC_STDIN_MAX), then the call fails resource_exhausted, and the
+    daemon and the process are unharmed (envd's write would block the stream instead)."""
+    c, first = open_stream(daemon, {"process": {"cmd": "/bin/sleep", "args": ["60"]}})
+    while b'"start"' not in first:
+        first += c.recv(65536)
+    pid = int(first.split(b'"pid":')[1].split(b"}")[0].split(b",")[0])
+    chunk = base64.b64encode(b"y" * (8 << 20)).decode()  # 8 MiB of stdin a message
+    body = envelope(json.dumps({"start": {"process": {"pid": pid}}}).encode()) + b"".join(
+        envelope(json.dumps({"data": {"input": {"stdin": chunk}}}).encode()) for _ in range(10))
+    status, _, resp = daemon.request("POST", "/process.Process/StreamInput", body,
+                                     {"Content-Type": "application/connect+json"}, timeout=60)
+    assert status == 200
+    err = end_of(read_envelopes(resp))["error"]
+    assert err["code"] == "resource_exhausted" and "has not read" in err["message"], err
+    assert daemon.alive() and os.path.exists(f"/proc/{pid}")
+    c.close()

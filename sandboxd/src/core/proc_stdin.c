@@ -31,6 +31,7 @@ struct sbx_proc_stdin_write *sbx_proc_stdin_shut_locked(struct sbx_proc_stdin *s
     struct sbx_proc_stdin_write *list = s->head;
 
     s->head = s->tail = NULL;
+    s->queued = 0;
     close_watch(s);
     return list;
 }
@@ -77,6 +78,7 @@ static struct sbx_proc_stdin_write *flush_locked(struct sbx_proc_stdin *s, int *
         s->head = w->next;
         if (!s->head)
             s->tail = NULL;
+        s->queued -= w->len;
         w->next = NULL;
         *tail = w;
         tail = &w->next;
@@ -154,6 +156,17 @@ int sbx_proc_stdin_queue(struct sbx_proc_stdin *s, const uint8_t *buf, size_t le
         free(c);
         return sbx_error_set(err, EPIPE, "stdin of process %d is closed", s->id);
     }
+    if (len && s->queued && s->queued + len > SBX_PROC_STDIN_MAX) {
+        size_t held = s->queued;
+        pthread_mutex_unlock(s->lock);
+        free(w);
+        free(c);
+        return sbx_error_set(err, EAGAIN,
+                             "stdin of process %d holds %zu bytes it has not read (at most %u "
+                             "MiB): write again once it reads",
+                             s->id, held, SBX_PROC_STDIN_MAX >> 20);
+    }
+    s->queued += len;
     if (s->tail)
         s->tail->next = w;
     else

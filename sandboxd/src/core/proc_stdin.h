@@ -11,6 +11,12 @@
 #include "error.h"
 #include "loop.h"
 
+/* The most bytes a process's stdin holds that the process has not read: a write past it is
+ * refused (-EAGAIN) while others wait, so writers that outpace a process that never reads (a
+ * stream of input, calls that time out and come again) cannot grow the daemon without bound.
+ * A single write of any size is taken when nothing waits. */
+#define SBX_PROC_STDIN_MAX (64u << 20)
+
 /* A queued write or close; private to proc_stdin.c. */
 struct sbx_proc_stdin_write;
 
@@ -21,6 +27,7 @@ struct sbx_proc_stdin {
     bool pty;              /* a close sends the EOF character instead of closing the fd */
     int32_t id;            /* the owner's, for messages */
     struct sbx_proc_stdin_write *head, *tail;
+    size_t queued; /* bytes of the queued writes, whole until each is written */
 };
 
 /* An empty queue with no fd (w.fd -1). The owner sets w.fd to the write end and adds w to the
@@ -30,8 +37,8 @@ void sbx_proc_stdin_init(struct sbx_proc_stdin *s, struct sbx_loop *loop, pthrea
 
 /* Queues len bytes (when len) and then the close (when close), under one hold of the lock: a
  * process that exits meanwhile fails them together. done(data, 0 or -errno) runs once, for the
- * last of them, maybe before this returns, maybe on the loop thread. Returns 0, -ENOMEM, or
- * -EPIPE once stdin is closed. Takes the lock. */
+ * last of them, maybe before this returns, maybe on the loop thread. Returns 0, -ENOMEM,
+ * -EPIPE once stdin is closed, or -EAGAIN past SBX_PROC_STDIN_MAX. Takes the lock. */
 int sbx_proc_stdin_queue(struct sbx_proc_stdin *s, const uint8_t *buf, size_t len, bool close,
                          void (*done)(void *data, int result), void *data, struct sbx_error *err);
 

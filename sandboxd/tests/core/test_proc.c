@@ -17,6 +17,7 @@
 
 #include "loop.h"
 #include "proc.h"
+#include "proc_stdin.h"
 #include "tap.h"
 
 extern char **environ;
@@ -216,6 +217,34 @@ static void test_stdin(void)
     ok(w1 == 0 && w2 == 0, "writes completed (%d %d)", w1, w2);
     ok(s.ex.exit_code == 0 && s.out_len >= 5 && memcmp(s.out, "ping\n", 5) == 0, "echoed back");
     ok(sbx_proc_write(p, (const uint8_t *)"x", 1, written, &w1, &e) == -EPIPE, "write after exit");
+    sbx_proc_unref(p);
+}
+
+/* A process that never reads: its stdin holds at most SBX_PROC_STDIN_MAX, a write past it is
+ * refused while the others wait, and the waiting ones fail once the process is gone. */
+static void test_stdin_bound(void)
+{
+    struct seen s;
+    char *argv[] = {"sleep", "30", NULL};
+    struct sbx_error e = {0};
+    size_t half = SBX_PROC_STDIN_MAX / 2 + 1;
+    uint8_t *buf = calloc(1, half);
+    int w1 = 1, w2 = 1, w3 = 1;
+    struct sbx_proc *p;
+
+    seen_init(&s);
+    p = start(&s, argv, SBX_CREDIT_UNLIMITED, false, false);
+    ok(p && buf && sbx_proc_write(p, buf, half, written, &w1, &e) == 0,
+       "a write of more than half the bound is held");
+    ok(p && sbx_proc_write(p, buf, half, written, &w2, &e) == -EAGAIN && strstr(e.msg, "not read"),
+       "a second one past the bound is refused: %s", e.msg);
+    ok(p && sbx_proc_write(p, buf, 1000, written, &w3, &e) == 0, "one within it is held");
+    ok(p && sbx_proc_signal(p, SIGKILL, &e) == 0 && wait_exit(&s), "the process is killed");
+    ok(w1 == -EPIPE && w2 == 1 && w3 == -EPIPE,
+       "the held writes fail, the refused one never ran "
+       "(%d %d %d)",
+       w1, w2, w3);
+    free(buf);
     sbx_proc_unref(p);
 }
 
@@ -451,6 +480,7 @@ int main(void)
     test_missing();
     test_credit();
     test_stdin();
+    test_stdin_bound();
     test_anonymous_stdin();
     test_signal_group();
     test_background_holder();
