@@ -150,6 +150,19 @@ def warm(d):
     return vm_rss_kib(d.proc.pid)
 
 
+def flood_held(d, done):
+    """The tagged "flood" process's shell, once its head is held: its writes stop at what the
+    job's ring, the call's queue and the socket buffers take (not a timing: the count stops
+    moving, and stays far below the flood)."""
+    sh = wait_until(lambda: tagged(d).get("flood"), 20, what="the flood in List")
+    head = wait_until(lambda: child_of(sh), 20, what="the flood's head")
+    wait_until(lambda: stopped(head), 60, what="the flood to be held")
+    w = written(head)
+    assert w is not None and w < 64 * MIB and not done.exists(), \
+        f"the flood was not held (it wrote {w} bytes; None: it is over)"
+    return sh
+
+
 def abused(factory):
     """A daemon with the E2B port, its RSS once warm, and a Prober of its gRPC and REST."""
     d = e2b_daemon(factory)
@@ -165,14 +178,7 @@ def test_start_whose_client_never_reads(sandboxd_factory, tmp_path):
     s = never_reading(d, "/process.Process/Start", {
         "process": {"cmd": "/bin/sh", "args": ["-c", f"head -c {FLOOD} /dev/zero; : > {done}"]},
         "tag": "flood"})
-    sh = wait_until(lambda: tagged(d).get("flood"), 20, what="the flood in List")
-    head = wait_until(lambda: child_of(sh), 20, what="the flood's head")
-    # Held: its writes stop at what the job's ring, the call's queue and the socket buffers take
-    # (not a timing: the count stops moving, and stays far below the flood).
-    wait_until(lambda: stopped(head), 60, what="the flood to be held")
-    w = written(head)
-    assert w is not None and w < 64 * MIB and not done.exists(), \
-        f"the flood was not held (it wrote {w} bytes; None: it is over)"
+    sh = flood_held(d, done)
     others_answer(d)
     assert tagged(d).get("flood") == sh
     settled(d, base)

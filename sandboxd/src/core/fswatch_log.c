@@ -105,40 +105,38 @@ static size_t max_log_bytes(const struct fs_watch *w)
     return b > MIN_LOG_BYTES ? b : MIN_LOG_BYTES;
 }
 
-/* Under lock: a write of path that merges into an unread write of it. */
-static bool merges_locked(struct fs_watch *w, const char *path)
+/* Under lock: path's latest event among the last MERGE_WINDOW from `from` on, or NULL when it
+ * has none there or was renamed away since. */
+static struct fs_entry *latest_locked(struct fs_watch *w, const char *path, uint64_t from)
 {
     uint64_t low = w->next > MERGE_WINDOW ? w->next - MERGE_WINDOW : 0;
 
-    if (low < w->first)
-        low = w->first;
-    if (low < w->read_upto)
-        low = w->read_upto;
+    if (low < from)
+        low = from;
     for (uint64_t s = w->next; s-- > low;) {
         struct fs_entry *e = sbx_fsw_entry_at(w, s);
         if (e->kind == SBX_FSEV_RENAME && e->from && strcmp(e->from, path) == 0)
-            return false;
+            return NULL;
         if (e->path && strcmp(e->path, path) == 0)
-            return e->kind == SBX_FSEV_WRITE;
+            return e;
     }
-    return false;
+    return NULL;
+}
+
+/* Under lock: a write of path that merges into an unread write of it. */
+static bool merges_locked(struct fs_watch *w, const char *path)
+{
+    struct fs_entry *e = latest_locked(w, path, w->read_upto > w->first ? w->read_upto : w->first);
+
+    return e && e->kind == SBX_FSEV_WRITE;
 }
 
 /* Under lock: path's latest event is its creation (a scan logged it, then inotify reported it). */
 static bool created_locked(struct fs_watch *w, const char *path)
 {
-    uint64_t low = w->next > MERGE_WINDOW ? w->next - MERGE_WINDOW : 0;
+    struct fs_entry *e = latest_locked(w, path, w->first);
 
-    if (low < w->first)
-        low = w->first;
-    for (uint64_t s = w->next; s-- > low;) {
-        struct fs_entry *e = sbx_fsw_entry_at(w, s);
-        if (e->kind == SBX_FSEV_RENAME && e->from && strcmp(e->from, path) == 0)
-            return false;
-        if (e->path && strcmp(e->path, path) == 0)
-            return e->kind == SBX_FSEV_CREATE || e->kind == SBX_FSEV_RENAME;
-    }
-    return false;
+    return e && (e->kind == SBX_FSEV_CREATE || e->kind == SBX_FSEV_RENAME);
 }
 
 static void push_locked(struct fs_watch *w, struct fs_entry *e)
