@@ -10,6 +10,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,7 @@ static uint64_t arg_head_timeout_ms = 10000;
 static bool arg_allow_loopback_pod_ip;
 static uint64_t arg_shutdown_timeout_ms = 30000;
 static long long arg_max_message_bytes = 64 << 20;
-static long long arg_threads = 4;
+static long long arg_threads; /* 0: grpc_threads_default() */
 static long long arg_max_upstreams = 4096;
 static uint64_t arg_proxy_timeout_ms = 180000;
 static uint64_t arg_response_header_timeout_ms = 30000;
@@ -101,6 +102,25 @@ static int opt_count0(const char *v, void *dst)
     return sbx_parse_int(v, 0, 1LL << 50, dst);
 }
 
+static int opt_threads(const char *v, void *dst)
+{
+    return sbx_parse_int(v, 0, SBX_RELAY_MAX_THREADS, dst);
+}
+
+/* gRPC's pollers are its completion-queue threads: each one more hands completions from thread
+ * to thread (a futex and an eventfd kick a message, measured), which pays only where CPUs are
+ * free to run them. Half of those this process may run on, 1 to 4. */
+static int grpc_threads_default(void)
+{
+    cpu_set_t set;
+    int n = 2;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        n = CPU_COUNT(&set);
+    n /= 2;
+    return n < 1 ? 1 : n > 4 ? 4 : n;
+}
+
 static int opt_authz_mode(const char *v, void *dst)
 {
     return sbx_authz_mode_parse(v, dst);
@@ -123,7 +143,8 @@ static const struct sbx_flag flag_table[] = {
      "on SIGTERM: calls in flight get this long, then are cancelled (30s)"},
     {"grpc-max-message-bytes", opt_count, &arg_max_message_bytes,
      "largest gRPC message relayed either way (67108864)"},
-    {"grpc-threads", opt_count, &arg_threads, "gRPC completion-queue threads (4)"},
+    {"grpc-threads", opt_threads, &arg_threads,
+     "gRPC completion-queue threads (0: half the CPUs this process may run on, 1 to 4)"},
     {"max-upstreams", opt_count, &arg_max_upstreams,
      "upstream connections pooled at once; the least recently used closes beyond (4096)"},
     {"proxy-timeout", sbx_flag_duration, &arg_proxy_timeout_ms,
@@ -550,7 +571,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "sandboxd-router: unexpected argument '%s'\n", argv[rest]);
         return 2;
     }
-    o.threads = (int)arg_threads;
+    o.threads = arg_threads ? (int)arg_threads : grpc_threads_default();
     o.max_message_bytes =
         (int)(arg_max_message_bytes > 0x7fffffff ? 0x7fffffff : arg_max_message_bytes);
     o.max_upstreams = (unsigned)arg_max_upstreams;

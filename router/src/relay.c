@@ -16,10 +16,16 @@
 #include "log.h"
 #include "upstreams.h"
 
-#define MAX_THREADS       16
 #define KEY_MAX           256 /* a routing key's value */
 #define MAX_AUTHZ_WAITING 64  /* calls whose authorization waits for the API server */
 #define MAX_WAKING        256 /* calls waiting for their sandbox to wake up */
+/* The sandbox's messages read ahead of the client: while one is sent on, the next are received,
+ * and all but the last of those waiting go out with GRPC_WRITE_BUFFER_HINT, so a burst leaves in
+ * a few writes instead of one a message (a Start stream's 4 KiB chunks: one sendmsg(2) each,
+ * and a wake-up of the client's for each). At most this many, and at most AHEAD_BYTES unless
+ * one message is larger. */
+#define AHEAD_MAX   16
+#define AHEAD_BYTES (1 << 20)
 
 struct call;
 
@@ -46,8 +52,12 @@ struct call {
     grpc_status_code status;
     grpc_slice status_details;
     int cancelled;
-    grpc_byte_buffer *c2s, *s2c;
-    bool initial_sent, up_done, status_in, down_sending, status_sent;
+    grpc_byte_buffer *c2s, *s2c;        /* being received */
+    grpc_byte_buffer *ahead[AHEAD_MAX]; /* received from the sandbox, not yet sent on: a ring */
+    unsigned ahead_first, ahead_n;
+    size_t ahead_bytes;
+    grpc_byte_buffer *sending; /* to the client */
+    bool initial_sent, up_done, up_recving, status_in, down_sending, status_sent;
     bool strip_auth; /* the client's authorization does not go on (authz.h) */
     struct tag t_new, t_closed, t_up_status, t_down_recv, t_up_sent, t_up_recv, t_down_sent,
         t_half_closed, t_status_sent;
@@ -58,7 +68,7 @@ struct sbx_relay {
     grpc_server *server;
     grpc_completion_queue *cq;
     struct sbx_upstreams *ups;
-    pthread_t threads[MAX_THREADS];
+    pthread_t threads[SBX_RELAY_MAX_THREADS];
     int n_threads;
     pthread_mutex_t lock;
     pthread_cond_t idle;
@@ -98,6 +108,10 @@ static void call_unref(struct call *c)
         grpc_byte_buffer_destroy(c->c2s);
     if (c->s2c)
         grpc_byte_buffer_destroy(c->s2c);
+    if (c->sending)
+        grpc_byte_buffer_destroy(c->sending);
+    for (unsigned i = 0; i < c->ahead_n; i++)
+        grpc_byte_buffer_destroy(c->ahead[(c->ahead_first + i) % AHEAD_MAX]);
     free(c->fwd);
     free(c->initial_out);
     free(c->trailing_out);
@@ -220,7 +234,7 @@ static void maybe_finish(struct call *c)
     grpc_op ops[2] = {0};
     size_t n = 0;
 
-    if (!c->status_in || !c->up_done || c->down_sending || c->status_sent)
+    if (!c->status_in || !c->up_done || c->down_sending || c->ahead_n || c->status_sent)
         return;
     c->trailing_out = filter(&c->up_trailing, &c->n_trailing_out);
     n = initial_op(c, ops);
@@ -234,13 +248,56 @@ static void maybe_finish(struct call *c)
     batch(c, c->down, ops, n, &c->t_status_sent);
 }
 
+/* The sandbox's side is over for the client: what it sent and the client will not get is
+ * dropped. Under c->lock. */
+static void up_abandon(struct call *c)
+{
+    grpc_call_cancel(c->up, NULL);
+    c->up_done = true;
+    while (c->ahead_n) {
+        grpc_byte_buffer_destroy(c->ahead[c->ahead_first]);
+        c->ahead_first = (c->ahead_first + 1) % AHEAD_MAX;
+        c->ahead_n--;
+    }
+    c->ahead_bytes = 0;
+}
+
+/* The next message from the sandbox, when one is not already asked for and there is room ahead.
+ * Under c->lock. */
 static void recv_from_up(struct call *c)
 {
     grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
 
+    if (c->up_done || c->up_recving || c->ahead_n == AHEAD_MAX ||
+        (c->ahead_n && c->ahead_bytes >= AHEAD_BYTES))
+        return;
     op.data.recv_message.recv_message = &c->s2c;
-    if (!batch(c, c->up, &op, 1, &c->t_up_recv))
+    c->up_recving = batch(c, c->up, &op, 1, &c->t_up_recv);
+    if (!c->up_recving)
         c->up_done = true;
+}
+
+/* Sends the first message ahead to the client, unless one is on its way. Under c->lock. */
+static void send_down(struct call *c)
+{
+    grpc_op ops[2] = {0};
+    size_t n = 0;
+
+    if (c->down_sending || !c->ahead_n)
+        return;
+    c->sending = c->ahead[c->ahead_first];
+    c->ahead_first = (c->ahead_first + 1) % AHEAD_MAX;
+    c->ahead_n--;
+    c->ahead_bytes -= grpc_byte_buffer_length(c->sending);
+    n = initial_op(c, ops);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = c->sending;
+    /* More is here already: it follows at once, and the last one of them flushes the lot. */
+    ops[n].flags = c->ahead_n ? GRPC_WRITE_BUFFER_HINT : 0;
+    n++;
+    c->down_sending = batch(c, c->down, ops, n, &c->t_down_sent);
+    if (!c->down_sending)
+        up_abandon(c);
 }
 
 static void recv_from_down(struct call *c)
@@ -253,40 +310,35 @@ static void recv_from_down(struct call *c)
 
 static void on_up_recv(struct call *c, bool ok)
 {
-    grpc_op ops[2] = {0};
-    size_t n = 0;
-
     pthread_mutex_lock(&c->lock);
-    if (!ok || !c->s2c) {
-        c->up_done = true; /* the sandbox sent its last message */
-        maybe_finish(c);
-        pthread_mutex_unlock(&c->lock);
-        return;
-    }
-    n = initial_op(c, ops);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = c->s2c;
-    n++;
-    c->down_sending = batch(c, c->down, ops, n, &c->t_down_sent);
-    if (!c->down_sending) {
-        grpc_call_cancel(c->up, NULL);
+    c->up_recving = false;
+    if (!ok || !c->s2c || c->up_done) {
+        /* The sandbox sent its last message, or the client is gone (up_abandon): what came is
+         * dropped with the call. */
         c->up_done = true;
+    } else {
+        c->ahead[(c->ahead_first + c->ahead_n) % AHEAD_MAX] = c->s2c;
+        c->ahead_n++;
+        c->ahead_bytes += grpc_byte_buffer_length(c->s2c);
+        c->s2c = NULL;
+        recv_from_up(c);
+        send_down(c);
     }
+    maybe_finish(c);
     pthread_mutex_unlock(&c->lock);
 }
 
 static void on_down_sent(struct call *c, bool ok)
 {
     pthread_mutex_lock(&c->lock);
-    grpc_byte_buffer_destroy(c->s2c);
-    c->s2c = NULL;
+    grpc_byte_buffer_destroy(c->sending);
+    c->sending = NULL;
     c->down_sending = false;
     if (ok) {
         recv_from_up(c);
+        send_down(c);
     } else {
-        /* The client is gone: the sandbox's call ends too. */
-        grpc_call_cancel(c->up, NULL);
-        c->up_done = true;
+        up_abandon(c); /* the client is gone: the sandbox's call ends too */
     }
     maybe_finish(c);
     pthread_mutex_unlock(&c->lock);
@@ -403,7 +455,8 @@ static void relay(struct call *c, grpc_channel *ch)
     status.data.recv_status_on_client.status_details = &c->status_details;
     pthread_mutex_lock(&c->lock);
     batch(c, c->down, &closed, 1, &c->t_closed);
-    if (!batch(c, c->up, up, 3, &c->t_up_recv))
+    c->up_recving = batch(c, c->up, up, 3, &c->t_up_recv);
+    if (!c->up_recving)
         c->up_done = true;
     batch(c, c->up, &status, 1, &c->t_up_status);
     recv_from_down(c);
@@ -801,7 +854,7 @@ int sbx_relay_new(struct sbx_relay **ret, const struct sbx_relay_opts *o, struct
 
 int sbx_relay_start(struct sbx_relay *r, struct sbx_error *err)
 {
-    int n = r->o.threads > 0 && r->o.threads <= MAX_THREADS ? r->o.threads : 4;
+    int n = r->o.threads > 0 && r->o.threads <= SBX_RELAY_MAX_THREADS ? r->o.threads : 1;
 
     grpc_server_start(r->server);
     for (int i = 0; i < n; i++) {

@@ -14,10 +14,12 @@
 #include "resolver.h"
 #include "target.h"
 
+#define SBX_RELAY_MAX_THREADS 16
+
 struct sbx_relay;
 
 struct sbx_relay_opts {
-    int threads;           /* completion-queue threads */
+    int threads;           /* completion-queue threads, 1 to SBX_RELAY_MAX_THREADS */
     int max_message_bytes; /* either way; -1: no limit */
     int default_port;      /* of a call without x-sandbox-port: sandboxd's gRPC port */
     struct sbx_target_opts target;
