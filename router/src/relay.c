@@ -292,8 +292,11 @@ static void send_down(struct call *c)
     n = initial_op(c, ops);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = c->sending;
-    /* More is here already: it follows at once, and the last one of them flushes the lot. */
-    ops[n].flags = c->ahead_n ? GRPC_WRITE_BUFFER_HINT : 0;
+    /* More is here already: it follows at once, and the last one of them flushes the lot. Not
+     * with the headers: a batch that carries them completes only once they are written, and a
+     * hinted message leaves them unwritten until something else writes (the send would wait on
+     * the client's next frame, and the rest behind it). */
+    ops[n].flags = c->ahead_n && n == 0 ? GRPC_WRITE_BUFFER_HINT : 0;
     n++;
     c->down_sending = batch(c, c->down, ops, n, &c->t_down_sent);
     if (!c->down_sending)
