@@ -58,9 +58,11 @@ struct call {
     size_t ahead_bytes;
     grpc_byte_buffer *sending; /* to the client */
     bool initial_sent, up_done, up_recving, status_in, down_sending, status_sent;
-    bool strip_auth; /* the client's authorization does not go on (authz.h) */
+    bool up_headers_wait;      /* the sandbox's call has not had the client's headers yet */
+    struct call *headers_next; /* in r->headers_waiting */
+    bool strip_auth;           /* the client's authorization does not go on (authz.h) */
     struct tag t_new, t_closed, t_up_status, t_down_recv, t_up_sent, t_up_recv, t_down_sent,
-        t_half_closed, t_status_sent;
+        t_half_closed, t_status_sent, t_up_headers;
 };
 
 struct sbx_relay {
@@ -80,6 +82,10 @@ struct sbx_relay {
     struct tag t_shutdown;
     bool shut_down;
     bool down; /* sbx_relay_shutdown ran */
+    /* Calls whose headers wait for the client's first message (or half-close), to go to the
+     * sandbox in one write with it; sent alone once a completion-queue thread finds nothing
+     * else to do. Each holds a reference. */
+    struct call *headers_waiting;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -347,18 +353,39 @@ static void on_down_sent(struct call *c, bool ok)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* The client's headers for the sandbox, as ops[0], when they still wait. Under c->lock. */
+static size_t up_headers_op(struct call *c, grpc_op *ops)
+{
+    if (!c->up_headers_wait)
+        return 0;
+    c->up_headers_wait = false;
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = c->n_fwd;
+    ops[0].data.send_initial_metadata.metadata = c->fwd;
+    return 1;
+}
+
 static void on_down_recv(struct call *c, bool ok)
 {
-    grpc_op op = {0};
+    grpc_op ops[2] = {0};
+    size_t n = 0;
 
     pthread_mutex_lock(&c->lock);
-    if (ok && c->c2s) {
-        op.op = GRPC_OP_SEND_MESSAGE;
-        op.data.send_message.send_message = c->c2s;
-        batch(c, c->up, &op, 1, &c->t_up_sent);
-    } else if (ok) {
-        op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT; /* the client half-closed */
-        batch(c, c->up, &op, 1, &c->t_half_closed);
+    if (!ok) {
+        /* The client's call is over before its first message: nothing goes to the sandbox. */
+        if (c->up_headers_wait) {
+            c->up_headers_wait = false;
+            grpc_call_cancel(c->up, NULL);
+        }
+    } else if (c->c2s) {
+        n = up_headers_op(c, ops);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = c->c2s;
+        batch(c, c->up, ops, n + 1, &c->t_up_sent);
+    } else {
+        n = up_headers_op(c, ops);
+        ops[n].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT; /* the client half-closed */
+        batch(c, c->up, ops, n + 1, &c->t_half_closed);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -426,11 +453,16 @@ static void refuse(struct call *c, grpc_status_code status, const char *msg)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Opens the call to the sandbox and starts relaying. */
-static void relay(struct call *c, grpc_channel *ch)
+/* Opens the call to the sandbox and starts relaying. on_cq: on a completion-queue thread, which
+ * looks at the queue before it waits (poll_cq): the client's headers may then wait there for its
+ * first message, which has most often come with them. Elsewhere nothing would send them if the
+ * client waited for the sandbox to speak first: they go at once. */
+static void relay(struct call *c, grpc_channel *ch, bool on_cq)
 {
     struct sbx_relay *r = c->r;
     grpc_op up[3] = {0}, closed = {0}, status = {0};
+    size_t n;
+    bool waits;
 
     c->up = grpc_channel_create_call(ch, c->down, GRPC_PROPAGATE_DEFAULTS, r->cq, c->details.method,
                                      NULL, c->details.deadline, NULL);
@@ -443,9 +475,6 @@ static void relay(struct call *c, grpc_channel *ch)
     }
     closed.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     closed.data.recv_close_on_server.cancelled = &c->cancelled;
-    up[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    up[0].data.send_initial_metadata.count = c->n_fwd;
-    up[0].data.send_initial_metadata.metadata = c->fwd;
     up[1].op = GRPC_OP_RECV_INITIAL_METADATA;
     up[1].data.recv_initial_metadata.recv_initial_metadata = &c->up_initial;
     /* The first answer comes with the sandbox's headers: one wake-up, and they go to the client
@@ -458,16 +487,47 @@ static void relay(struct call *c, grpc_channel *ch)
     status.data.recv_status_on_client.status_details = &c->status_details;
     pthread_mutex_lock(&c->lock);
     batch(c, c->down, &closed, 1, &c->t_closed);
-    c->up_recving = batch(c, c->up, up, 3, &c->t_up_recv);
+    c->up_headers_wait = true;
+    n = on_cq ? 0 : up_headers_op(c, up);
+    c->up_recving = batch(c, c->up, up + 1 - n, 2 + n, &c->t_up_recv);
     if (!c->up_recving)
         c->up_done = true;
     batch(c, c->up, &status, 1, &c->t_up_status);
     recv_from_down(c);
+    if (c->up_headers_wait)
+        c->refs++; /* the waiting list's */
+    waits = c->up_headers_wait;
     pthread_mutex_unlock(&c->lock);
+    if (waits) {
+        pthread_mutex_lock(&r->lock);
+        c->headers_next = r->headers_waiting;
+        __atomic_store_n(&r->headers_waiting, c, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&r->lock);
+    }
 }
 
-/* Relays the call to c->t, resolved. */
-static void relay_to(struct call *c)
+/* Sends the headers still waiting (relay) alone: the queue had nothing else, or is shut down. */
+static void send_waiting_headers(struct sbx_relay *r)
+{
+    struct call *c, *next;
+
+    pthread_mutex_lock(&r->lock);
+    c = r->headers_waiting;
+    __atomic_store_n(&r->headers_waiting, NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&r->lock);
+    for (; c; c = next) {
+        grpc_op op = {0};
+        next = c->headers_next;
+        pthread_mutex_lock(&c->lock);
+        if (up_headers_op(c, &op))
+            batch(c, c->up, &op, 1, &c->t_up_headers);
+        pthread_mutex_unlock(&c->lock);
+        call_unref(c);
+    }
+}
+
+/* Relays the call to c->t, resolved; on_cq as relay. */
+static void relay_to(struct call *c, bool on_cq)
 {
     struct sbx_error e = {0};
     grpc_channel *ch = sbx_upstreams_get(c->r->ups, c->t.host, &e);
@@ -476,7 +536,7 @@ static void relay_to(struct call *c)
         refuse(c, GRPC_STATUS_UNAVAILABLE, e.msg);
         return;
     }
-    relay(c, ch);
+    relay(c, ch, on_cq);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -510,7 +570,7 @@ static void *wake_thread(void *arg)
     if (rc < 0)
         refuse_unresolved(c, rc, e.msg);
     else
-        relay_to(c);
+        relay_to(c, false);
     pthread_mutex_lock(&r->lock);
     r->waking--;
     pthread_mutex_unlock(&r->lock);
@@ -564,7 +624,7 @@ static void route(struct call *c, const struct sbx_target *t, bool may_wait)
     else if (rc < 0)
         refuse_unresolved(c, rc, e.msg);
     else
-        relay_to(c);
+        relay_to(c, !may_wait);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -756,6 +816,7 @@ static struct call *call_new(struct sbx_relay *r)
     c->t_down_sent = (struct tag){on_down_sent, c};
     c->t_half_closed = (struct tag){on_nothing, c};
     c->t_status_sent = (struct tag){on_nothing, c};
+    c->t_up_headers = (struct tag){on_nothing, c};
     c->r = r;
     c->refs = 1; /* the acceptor's, dropped after on_new */
     pthread_mutex_init(&c->lock, NULL);
@@ -803,10 +864,20 @@ static void *poll_cq(void *arg)
     struct sbx_relay *r = arg;
 
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(r->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        /* With headers waiting (relay), only what is ready now: none, and they go. */
+        bool waiting = __atomic_load_n(&r->headers_waiting, __ATOMIC_ACQUIRE) != NULL;
+        grpc_event ev = grpc_completion_queue_next(
+            r->cq, waiting ? gpr_inf_past(GPR_CLOCK_REALTIME) : gpr_inf_future(GPR_CLOCK_REALTIME),
+            NULL);
         struct tag *t;
-        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+        if (ev.type == GRPC_QUEUE_TIMEOUT) {
+            send_waiting_headers(r);
+            continue;
+        }
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+            send_waiting_headers(r);
             return NULL;
+        }
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         t = ev.tag;

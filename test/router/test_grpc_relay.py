@@ -219,3 +219,42 @@ def test_sigterm_drains_calls_in_flight(router_factory, sandboxd, protos):
     assert done and done[0].stdout == b"late\n"
     assert r.wait_exit(30) == 0
     c.close()
+
+
+def test_a_server_that_speaks_first_hears_of_the_call(router):
+    """The relay may hold a call's headers for the client's first message, to send them to the
+    sandbox in one write; a client that sends nothing until the server speaks must still reach
+    it. A grpcio server on loopback (any port of a sandbox is reachable) answers each call of a
+    bidirectional method before it reads anything; the client reads that answer, then sends."""
+    import queue
+    from concurrent import futures
+
+    def speak_first(requests, context):
+        context.send_initial_metadata((("spoke", "first"),))
+        yield b"hello"
+        for r in requests:
+            yield b"echo:" + r
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "test.Talk", {"Speak": grpc.stream_stream_rpc_method_handler(speak_first)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    ch = grpc.insecure_channel(router.target)
+    try:
+        for _ in range(3):  # the first call also opens the pooled upstream connection
+            out = queue.Queue()
+            md = (("x-sandbox-id", "talk"), ("x-sandbox-pod-ip", "127.0.0.1"),
+                  ("x-sandbox-port", str(port)))
+            call = ch.stream_stream("/test.Talk/Speak")(iter(out.get, None), metadata=md,
+                                                        timeout=RPC)
+            assert next(call) == b"hello"  # nothing sent yet: the server spoke first
+            assert dict(call.initial_metadata()).get("spoke") == "first"
+            out.put(b"x")
+            assert next(call) == b"echo:x"
+            out.put(None)
+            assert list(call) == []
+            assert call.code() == grpc.StatusCode.OK
+    finally:
+        ch.close()
+        server.stop(None)
