@@ -258,3 +258,16 @@ def test_a_server_that_speaks_first_hears_of_the_call(router):
     finally:
         ch.close()
         server.stop(None)
+
+
+def test_grpc_threads_is_bounded(router_bin, router_factory, sandboxd, protos):
+    """--grpc-threads takes 0 (the default: half the CPUs, 1 to 4) to 16; past that the router
+    refuses to start, naming the flag, rather than quietly running with some other count."""
+    for bad in ("17", "-1", "many"):
+        out = subprocess.run([router_bin, "--grpc-threads", bad], capture_output=True, text=True,
+                             timeout=10)
+        assert out.returncode == 2 and "--grpc-threads" in out.stderr, (bad, out.stderr)
+    for good in ("0", "16"):
+        c = routed(router_factory(["--grpc-threads", good]), sandboxd, protos)
+        assert c.execute(["echo", good]).stdout == f"{good}\n".encode()
+        c.close()
